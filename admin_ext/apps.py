@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AdminExtConfig(AppConfig):
+    name = "admin_ext"
+    verbose_name = "nexopoll admin"

@@ -1,0 +1,74 @@
+"""Outbound channels. Adding one is a single module: a class with ``name`` and ``send``.
+
+Built-ins: ``log`` and ``webhook``. Third-party channels register through the
+entry-point group ``nexopoll.channels``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from nexopoll.core.errors import ConfigError
+
+ENTRY_POINT_GROUP = "nexopoll.channels"
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    delivery_id: str
+    job_id: str
+    agent: str
+    channel: str
+    recipient: str
+    payload: dict[str, Any]
+    attempt: int
+
+
+class Channel(Protocol):
+    name: str
+
+    def send(self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float) -> None:
+        """Send one message; raise TransientError to retry later, PermanentError to give up."""
+
+
+_channels: dict[str, Channel] | None = None
+
+
+def _load() -> dict[str, Channel]:
+    from .log import LogChannel
+    from .webhook import WebhookChannel
+
+    found: dict[str, Channel] = {}
+    sources: dict[str, str] = {}
+    candidates: list[tuple[Any, str]] = [(LogChannel, "built-in"), (WebhookChannel, "built-in")]
+    candidates += [(ep.load(), f"entry point {ep.value}") for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    for obj, source in candidates:
+        channel = obj() if isinstance(obj, type) else obj
+        if channel.name in found:
+            raise RuntimeError(
+                f"channel {channel.name!r} is registered twice: {sources[channel.name]} and {source}"
+            )
+        found[channel.name] = channel
+        sources[channel.name] = source
+    return found
+
+
+def get_channel(name: str) -> Channel:
+    global _channels
+    if _channels is None:
+        _channels = _load()
+    try:
+        return _channels[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown channel {name!r}; installed channels: {', '.join(sorted(_channels))}"
+        ) from None
+
+
+def channel_names() -> list[str]:
+    global _channels
+    if _channels is None:
+        _channels = _load()
+    return sorted(_channels)

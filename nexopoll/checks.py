@@ -1,0 +1,57 @@
+"""Configuration checks: ``manage.py pollers check`` and Django's ``manage.py check``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core import checks
+
+from nexopoll.core.config import ConfigFileError
+
+
+def run_checks(*, now: datetime) -> tuple[list[str], list[str]]:
+    """Return (errors, warnings) about pollers.yaml and Redis."""
+    from nexopoll import services
+
+    errors: list[str] = []
+    warnings: list[str] = []
+    path = services.config_path()
+    if not path.exists():
+        warnings.append(f"{path} does not exist: the poller subsystem is off")
+    try:
+        loaded = services.load_file(now=now)
+        errors += [str(i) for i in loaded.issues]
+    except ConfigFileError as exc:
+        errors += [str(i) for i in exc.issues]
+    errors += _redis_problems()
+    return errors, warnings
+
+
+def _redis_problems() -> list[str]:
+    from nexopoll.runtime.redis import get_redis
+
+    try:
+        info = get_redis().config_get("maxmemory*")
+    except Exception as exc:
+        return [f"Redis is not reachable: {exc}"]
+    if int(info.get("maxmemory", 0) or 0) > 0 and info.get("maxmemory-policy") != "noeviction":
+        return [
+            f"Redis maxmemory-policy is {info.get('maxmemory-policy')!r} with a memory limit: "
+            "it may evict schedule entries, leases and queued ticks; set it to 'noeviction'"
+        ]
+    return []
+
+
+@checks.register("nexopoll")
+def pollers_yaml_check(app_configs, **kwargs):  # type: ignore[no-untyped-def]
+    from django.utils import timezone
+
+    from nexopoll import services
+
+    try:
+        loaded = services.load_file(now=timezone.now())
+    except ConfigFileError as exc:
+        return [checks.Error(str(i), id="nexopoll.E001") for i in exc.issues]
+    except Exception:  # registry or DB not ready: the dedicated command reports it
+        return []
+    return [checks.Warning(str(i), id="nexopoll.W001") for i in loaded.issues]

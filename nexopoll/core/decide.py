@@ -1,0 +1,130 @@
+"""What a tick's result means for the job: the pure part of the commit protocol.
+
+Given the state a tick read when it started and how the poller ended, decide the
+job's next health, whether it pauses, whether ``failure_to`` gets an alert (or a
+recovery notice) and whether Celery should retry. No I/O, no clock: ``now`` is a
+parameter, like every time-dependent function in ``nexopoll.core``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .breaker import BreakerPolicy, Health, record_failure, record_success, retry_countdown
+from .errors import ErrorClass
+
+
+@dataclass(frozen=True)
+class JobPolicy:
+    breaker: BreakerPolicy
+    alert_cooldown: timedelta
+    has_failure_to: bool
+    max_hint: timedelta = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class StartState:
+    """The parts of the job's state row a decision depends on."""
+
+    health: Health
+    alert_active: bool = False
+    last_failure_alert_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str  # "ok" | "transient" | "permanent"
+    health: Health
+    error: str = ""
+    pause_reason: str | None = None
+    send_alert: bool = False
+    send_recovery: bool = False
+    alert_active: bool = False
+    last_failure_alert_at: datetime | None = None
+    retry_in: timedelta | None = None
+    not_before: datetime | None = None
+
+
+def plan_success(
+    start: StartState,
+    *,
+    now: datetime,
+    policy: JobPolicy,
+    hint: timedelta | None = None,
+    one_shot: bool = False,
+) -> Decision:
+    """Decide the job's state after a successful tick.
+
+    A poller's ``next_interval_hint`` becomes ``not_before = now + hint`` (capped at
+    ``policy.max_hint``); a one-shot (``at``) job pauses after it fires. If an alert
+    was sent while failing, a recovery notice goes to ``failure_to``.
+    """
+    not_before = None
+    if hint is not None and hint > timedelta(0):
+        not_before = now + min(hint, policy.max_hint)
+    return Decision(
+        status="ok",
+        health=record_success(start.health),
+        pause_reason="one-shot schedule fired" if one_shot else None,
+        send_recovery=start.alert_active and policy.has_failure_to,
+        alert_active=False,
+        last_failure_alert_at=start.last_failure_alert_at,
+        not_before=not_before,
+    )
+
+
+def plan_failure(
+    start: StartState,
+    error_class: ErrorClass,
+    message: str,
+    *,
+    now: datetime,
+    policy: JobPolicy,
+    next_slot_at: datetime | None,
+    retry_after: timedelta | None = None,
+) -> Decision:
+    """Decide the job's state after a failed tick.
+
+    Transient errors count toward the breaker and may be retried before the next
+    slot; permanent and config errors pause the job. ``failure_to`` is alerted when
+    the job pauses or its consecutive errors reach the breaker threshold, at most
+    once per ``policy.alert_cooldown``.
+
+    Example: threshold 3, cooldown 1 h, two earlier errors, a third transient one at
+    12:00 → the breaker opens, ``send_alert`` is True, ``retry_in`` is None (never
+    retry into an open breaker); a fourth error at 12:10 sends no alert (cooldown).
+    """
+    permanent = error_class is not ErrorClass.TRANSIENT
+    health = record_failure(start.health, now=now, policy=policy.breaker, permanent=permanent)
+    pause_reason = None
+    retry_in = None
+    if error_class is ErrorClass.PERMANENT:
+        pause_reason = f"permanent error: {message}"
+    elif error_class is ErrorClass.CONFIG:
+        pause_reason = f"config error: {message}"
+    else:
+        retry_in = retry_countdown(health, now=now, next_slot_at=next_slot_at, policy=policy.breaker)
+        if retry_in is not None and retry_after is not None and retry_after > retry_in:
+            retry_in = retry_after if next_slot_at is None or now + retry_after < next_slot_at else None
+
+    crossing = pause_reason is not None or health.consecutive_errors >= policy.breaker.threshold
+    cooled = (
+        start.last_failure_alert_at is None
+        or now - start.last_failure_alert_at >= policy.alert_cooldown
+    )
+    send_alert = policy.has_failure_to and crossing and cooled
+    not_before = None
+    if retry_after is not None and retry_after > timedelta(0):
+        not_before = now + min(retry_after, policy.max_hint)
+    return Decision(
+        status="transient" if error_class is ErrorClass.TRANSIENT else "permanent",
+        health=health,
+        error=message,
+        pause_reason=pause_reason,
+        send_alert=send_alert,
+        alert_active=start.alert_active or send_alert,
+        last_failure_alert_at=now if send_alert else start.last_failure_alert_at,
+        retry_in=retry_in,
+        not_before=not_before,
+    )

@@ -1,0 +1,151 @@
+"""``manage.py pollers list|show|run|pause|resume|reset|reload|check``."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from nexopoll import services
+from nexopoll.core.config import ConfigFileError
+
+
+def _cursor(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(raw).decode()
+
+
+class Command(BaseCommand):
+    help = "Inspect and control poll jobs (the YAML owns definitions; this controls them)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="verb", required=True)
+        p = sub.add_parser("list", help="every job with its state")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("show", help="one job in detail")
+        p.add_argument("job_id")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("run", help="tick now, bypassing schedule and lease")
+        p.add_argument("job_id")
+        p.add_argument("--dry-run", action="store_true", help="commit nothing; show what would be")
+        p.add_argument("--json", action="store_true")
+        for verb in ("pause", "resume"):
+            sub.add_parser(verb).add_argument("job_id")
+        p = sub.add_parser("reset", help="clear cursor, errors and breaker (destructive)")
+        p.add_argument("job_id")
+        p.add_argument("--yes", action="store_true", help="confirm")
+        p = sub.add_parser("reload", help="re-read pollers.yaml and apply the diff")
+        p.add_argument("--dry-run", action="store_true")
+        p.add_argument("--strict", action="store_true", help="refuse the reload on any error")
+        p.add_argument("--json", action="store_true")
+        sub.add_parser("check", help="validate pollers.yaml and the Redis set-up")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        verb = opts["verb"]
+        try:
+            getattr(self, f"do_{verb}")(**opts)
+        except services.UnknownJob as exc:
+            raise CommandError(str(exc)) from None
+        except ConfigFileError as exc:
+            raise CommandError(f"pollers.yaml rejected, nothing applied:\n{exc}") from None
+        except services.ReloadRefused as exc:
+            raise CommandError("\n".join(["reload refused (--strict):", *map(str, exc.issues)])) from None
+
+    def _json(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+    def do_list(self, **opts: Any) -> None:
+        jobs = services.list_jobs(now=timezone.now())
+        if opts["json"]:
+            return self._json(jobs)
+        rows = [("ID", "KIND", "AGENT", "STATUS", "PAUSED", "ERRORS", "BREAKER", "LAST RUN", "NEXT")]
+        for j in jobs:
+            rows.append((
+                j["id"], j["kind"], j["agent"], j.get("status", "-"),
+                "yes" if j.get("paused") else "no", str(j.get("consecutive_errors", 0)),
+                j.get("breaker", "-"), (j.get("last_run_at") or "-")[:19],
+                (j.get("next_run_at") or j.get("next_slot_at") or "-")[:19],
+            ))  # fmt: skip
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            self.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if len(rows) == 1:
+            self.stdout.write("(no jobs: run `manage.py pollers reload`)")
+
+    def do_show(self, job_id: str, **opts: Any) -> None:
+        view = services.show_job(job_id, now=timezone.now())
+        if opts["json"]:
+            return self._json(view)
+        for key in sorted(view):
+            self.stdout.write(f"{key:24} {json.dumps(view[key], default=str)}")
+
+    def do_run(self, job_id: str, **opts: Any) -> None:
+        report = services.run_job(job_id, now=timezone.now(), dry_run=opts["dry_run"])
+        data = {
+            "job_id": report.job_id, "status": report.status, "reason": report.reason,
+            "error": report.error, "epoch": report.epoch, "items_seen": report.items_seen,
+            "items_dispatched": report.items_dispatched, "committed": report.committed,
+            "dry_run": opts["dry_run"], "next_cursor": _cursor(report.next_cursor),
+            "deliveries": [
+                {"channel": d.channel, "to": d.recipient, "payload": d.payload, "purpose": d.purpose}
+                for d in report.deliveries
+            ],
+            "delivery_ids": report.delivery_ids,
+        }  # fmt: skip
+        if opts["json"]:
+            self._json(data)
+        else:
+            head = "dry run (nothing committed)" if opts["dry_run"] else "tick"
+            self.stdout.write(
+                f"{head}: {report.status}  seen={report.items_seen} "
+                f"dispatched={report.items_dispatched}" + (f"  error: {report.error}" if report.error else "")
+            )
+            for d in data["deliveries"]:
+                self.stdout.write(f"  → {d['channel']}:{d['to']} {json.dumps(d['payload'], ensure_ascii=False)}")
+            self.stdout.write(f"  next cursor: {data['next_cursor']}")
+        if report.status not in ("ok", "skipped"):
+            raise CommandError(f"tick of {job_id} ended {report.status}: {report.error or report.reason}")
+
+    def do_pause(self, job_id: str, **opts: Any) -> None:
+        services.pause_job(job_id)
+        self.stdout.write(f"paused {job_id}")
+
+    def do_resume(self, job_id: str, **opts: Any) -> None:
+        services.resume_job(job_id)
+        self.stdout.write(f"resumed {job_id}")
+
+    def do_reset(self, job_id: str, **opts: Any) -> None:
+        if not opts["yes"]:
+            raise CommandError(f"reset clears the cursor of {job_id}: confirm with --yes")
+        services.reset_job(job_id)
+        self.stdout.write(f"reset {job_id}: cursor, errors and breaker cleared")
+
+    def do_reload(self, **opts: Any) -> None:
+        res = services.reload_config(now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"])
+        if opts["json"]:
+            return self._json(res.as_dict())
+        self.stdout.write(f"{'plan' if opts['dry_run'] else 'applied'} ({res.source}):")
+        for name in ("add", "replace", "remove", "keep", "kept_invalid"):
+            ids = getattr(res, name)
+            self.stdout.write(f"  {name:13} {len(ids):5}  {', '.join(ids[:20])}{' …' if len(ids) > 20 else ''}")
+        for issue in res.issues:
+            self.stderr.write(f"  rejected: {issue}")
+
+    def do_check(self, **opts: Any) -> None:
+        from nexopoll.checks import run_checks
+
+        errors, warnings = run_checks(now=timezone.now())
+        for w in warnings:
+            self.stdout.write(f"warning: {w}")
+        for e in errors:
+            self.stderr.write(f"error: {e}")
+        if errors:
+            raise CommandError(f"{len(errors)} problem(s) found")
+        self.stdout.write("ok: pollers.yaml valid, Redis reachable")

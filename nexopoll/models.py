@@ -1,0 +1,133 @@
+"""Job definitions (a mirror of pollers.yaml), job state, agents and the outbox.
+
+The YAML is the source of truth for definitions; the DB mirrors it and owns the
+state. ``PollState`` is keyed by job id without a foreign key, so removing a job
+from the YAML keeps its cursor: adding it back resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class TickStatus(models.TextChoices):
+    OK = "ok"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    SKIPPED = "skipped"
+
+
+class PollJob(models.Model):
+    job_id = models.CharField(primary_key=True, max_length=100)
+    kind = models.CharField(max_length=64)
+    agent = models.CharField(max_length=100)
+    schedule = models.JSONField(help_text="every_secs | cron + tz | at")
+    jitter_ms = models.IntegerField(default=0)
+    config = models.JSONField(default=dict, help_text="as written: ${VAR} references unexpanded")
+    failure_to = models.JSONField(null=True, blank=True)
+    paused_on_boot = models.BooleanField(default=False)
+    breaker_threshold = models.IntegerField(default=5)
+    alert_cooldown_secs = models.IntegerField(default=3600)
+    lease_ttl_factor = models.FloatField(default=2.0)
+    definition_hash = models.CharField(max_length=64)
+    source_line = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "poll_job"
+        ordering = ["job_id"]
+        verbose_name = "poll job"
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+class PollState(models.Model):
+    job_id = models.CharField(primary_key=True, max_length=100)
+    # Fencing epoch: every tick takes epoch + 1 and commits only WHERE epoch = its own.
+    epoch = models.BigIntegerField(default=0)
+    definition_hash = models.CharField(max_length=64, default="")
+    cursor = models.BinaryField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    paused_reason = models.TextField(blank=True, default="")
+    consecutive_errors = models.IntegerField(default=0)
+    breaker_open_until = models.DateTimeField(null=True, blank=True)
+    breaker_trips = models.IntegerField(default=0)
+    breaker_trial_at = models.DateTimeField(null=True, blank=True)
+    running_since = models.DateTimeField(null=True, blank=True)
+    crash_count = models.IntegerField(default=0)
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.CharField(max_length=16, choices=TickStatus.choices, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    last_latency_ms = models.IntegerField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    ticks_total = models.BigIntegerField(default=0)
+    items_seen_total = models.BigIntegerField(default=0)
+    items_dispatched_total = models.BigIntegerField(default=0)
+    last_failure_alert_at = models.DateTimeField(null=True, blank=True)
+    alert_active = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "poll_state"
+        ordering = ["job_id"]
+        verbose_name = "poll state"
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+class Agent(models.Model):
+    agent_id = models.CharField(primary_key=True, max_length=100)
+    bindings = models.JSONField(default=dict, help_text="channel → binding; secrets as ${VAR}")
+
+    class Meta:
+        db_table = "poll_agent"
+        ordering = ["agent_id"]
+
+    def __str__(self) -> str:
+        return self.agent_id
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    SENT = "sent"
+    DEAD = "dead"
+
+
+class Delivery(models.Model):
+    """One outbound message, written in the same transaction as the tick's cursor.
+
+    The row id is the idempotency key receivers see (``X-Nexopoll-Delivery-Id``).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job_id = models.CharField(max_length=100, db_index=True)
+    agent = models.CharField(max_length=100)
+    epoch = models.BigIntegerField()
+    purpose = models.CharField(max_length=16, default="item")  # item | alert | recovery
+    channel = models.CharField(max_length=64)
+    recipient = models.CharField(max_length=500)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "poll_outbox"
+        ordering = ["created_at"]
+        verbose_name_plural = "deliveries"
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due")]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.recipient} ({self.status})"

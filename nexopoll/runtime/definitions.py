@@ -1,0 +1,108 @@
+"""Job definitions as the runtime uses them, cached per process by definition hash.
+
+The state row carries the hash of the definition it belongs to, so a tick reads
+one row and only goes to ``poll_job`` when a reload changed the definition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from django.conf import settings
+
+from nexopoll.core.breaker import BreakerPolicy
+from nexopoll.core.schedule import (
+    AtSchedule,
+    Schedule,
+    nominal_interval,
+    schedule_from_dict,
+    stagger_offset,
+)
+
+from ..models import Agent, PollJob
+
+
+@dataclass(frozen=True)
+class JobDef:
+    job_id: str
+    kind: str
+    agent: str
+    schedule: Schedule
+    jitter_ms: int
+    config: dict[str, Any]
+    failure_to: dict[str, str] | None
+    breaker_threshold: int
+    alert_cooldown_secs: int
+    lease_ttl_factor: float
+    definition_hash: str
+    agent_bindings: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def offset(self) -> timedelta:
+        return stagger_offset(self.job_id, timedelta(milliseconds=self.jitter_ms), self.schedule)
+
+    @property
+    def one_shot(self) -> bool:
+        return isinstance(self.schedule, AtSchedule)
+
+    def interval(self, now) -> timedelta:  # type: ignore[no-untyped-def]
+        return nominal_interval(self.schedule, now=now)
+
+    def lease_ttl_ms(self, now) -> int:  # type: ignore[no-untyped-def]
+        """``lease_ttl_factor`` × interval, never below ``NEXOPOLL_LEASE_MIN_SECS``."""
+        secs = self.interval(now).total_seconds() * self.lease_ttl_factor
+        return int(max(secs, settings.NEXOPOLL_LEASE_MIN_SECS) * 1000)
+
+    def breaker_policy(self) -> BreakerPolicy:
+        return BreakerPolicy(
+            threshold=self.breaker_threshold,
+            base=timedelta(seconds=settings.NEXOPOLL_BREAKER_BASE_SECS),
+            cap=timedelta(seconds=settings.NEXOPOLL_BREAKER_CAP_SECS),
+            trial_timeout=timedelta(seconds=max(60.0, settings.NEXOPOLL_LEASE_MIN_SECS)),
+        )
+
+
+def runtime_hash(spec_hash: str, globals_: dict[str, Any], bindings: dict[str, Any]) -> str:
+    """The hash stored with a job: its YAML definition plus the globals and agent it uses."""
+    blob = json.dumps([spec_hash, globals_, bindings], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def from_row(job: PollJob, bindings: dict[str, Any]) -> JobDef:
+    return JobDef(
+        job_id=job.job_id,
+        kind=job.kind,
+        agent=job.agent,
+        schedule=schedule_from_dict(job.schedule),
+        jitter_ms=job.jitter_ms,
+        config=job.config,
+        failure_to=job.failure_to,
+        breaker_threshold=job.breaker_threshold,
+        alert_cooldown_secs=job.alert_cooldown_secs,
+        lease_ttl_factor=job.lease_ttl_factor,
+        definition_hash=job.definition_hash,
+        agent_bindings=bindings,
+    )
+
+
+_cache: dict[str, JobDef] = {}
+
+
+def get(job_id: str, definition_hash: str) -> JobDef | None:
+    """The job's definition for ``definition_hash``; None if the job is not defined."""
+    cached = _cache.get(job_id)
+    if cached is not None and cached.definition_hash == definition_hash:
+        return cached
+    job = PollJob.objects.filter(job_id=job_id).first()
+    if job is None:
+        _cache.pop(job_id, None)
+        return None
+    agent = Agent.objects.filter(agent_id=job.agent).values_list("bindings", flat=True).first()
+    jd = from_row(job, agent or {})
+    _cache[job_id] = jd
+    return jd

@@ -1,0 +1,120 @@
+"""Sending outbox rows: claim, send through the channel, record the attempt.
+
+Each row is sent at least once; every attempt carries the row id as its
+idempotency key. Failures back off (``NEXOPOLL_DELIVERY_BASE_SECS`` doubling,
+capped at 5 min, ``Retry-After`` honoured) up to ``NEXOPOLL_DELIVERY_MAX_ATTEMPTS``,
+after which the row is dead-lettered (status ``dead``) and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F, Q
+
+from nexopoll.channels import OutboundMessage, get_channel
+from nexopoll.core.breaker import backoff_delay
+from nexopoll.core.config import expand_env
+from nexopoll.core.errors import PermanentError, classify
+from nexopoll.core.errors import ErrorClass
+
+from ..models import Agent, Delivery, DeliveryStatus
+
+log = logging.getLogger("nexopoll.delivery")
+
+CLAIM_SECS = 90
+SEND_DEADLINE_SECS = 30.0
+SWEEP_GRACE = timedelta(seconds=5)
+
+
+def deliver_rows(ids: list[str], *, now: datetime) -> dict[str, str]:
+    """Try to send each row; return id → outcome (sent | retry | dead | skipped)."""
+    return {i: deliver_one(i, now=now) for i in ids}
+
+
+def deliver_one(delivery_id: str, *, now: datetime) -> str:
+    claimed = (
+        Delivery.objects.filter(id=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .update(claimed_until=now + timedelta(seconds=CLAIM_SECS), attempts=F("attempts") + 1)
+    )
+    if not claimed:
+        return "skipped"
+    row = Delivery.objects.get(id=delivery_id)
+    try:
+        channel = get_channel(row.channel)
+        binding = _binding(row.agent, row.channel)
+        channel.send(
+            OutboundMessage(
+                delivery_id=str(row.id), job_id=row.job_id, agent=row.agent, channel=row.channel,
+                recipient=row.recipient, payload=row.payload, attempt=row.attempts,
+            ),  # fmt: skip
+            binding,
+            deadline_secs=SEND_DEADLINE_SECS,
+        )
+    except Exception as exc:
+        return _failed(row, exc, now=now)
+    Delivery.objects.filter(id=row.id).update(
+        status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
+    )
+    return "sent"
+
+
+def _binding(agent: str, channel: str) -> dict:
+    bindings = Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first() or {}
+    raw = bindings.get(channel, {})
+    return expand_env(raw, os.environ, path=f"agents.{agent}.{channel}")
+
+
+def _failed(row: Delivery, exc: Exception, *, now: datetime) -> str:
+    message = (str(exc) or type(exc).__name__)[:2000]
+    permanent = classify(exc) is not ErrorClass.TRANSIENT or isinstance(exc, PermanentError)
+    if permanent or row.attempts >= settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS:
+        Delivery.objects.filter(id=row.id).update(
+            status=DeliveryStatus.DEAD, claimed_until=None, last_error=message
+        )
+        log.error("delivery.dead id=%s job=%s channel=%s attempts=%s error=%s",
+                  row.id, row.job_id, row.channel, row.attempts, message)
+        return "dead"
+    delay = backoff_delay(
+        row.attempts,
+        base=timedelta(seconds=settings.NEXOPOLL_DELIVERY_BASE_SECS),
+        cap=timedelta(minutes=5),
+    )
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, timedelta(hours=1)))
+    Delivery.objects.filter(id=row.id).update(
+        next_attempt_at=now + delay, claimed_until=None, last_error=message
+    )
+    log.warning("delivery.retry id=%s job=%s channel=%s attempt=%s in=%ss error=%s",
+                row.id, row.job_id, row.channel, row.attempts, delay.total_seconds(), message)
+    return "retry"
+
+
+def due_rows(*, now: datetime, limit: int = 500) -> list[str]:
+    """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period."""
+    qs = (
+        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
+                                created_at__lte=now - SWEEP_GRACE)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[:limit]
+    )
+    return [str(i) for i in qs]
+
+
+def soonest_retry(ids: list[str], *, now: datetime) -> float | None:
+    """Seconds until the earliest of ``ids`` may be retried, or None."""
+    if not ids:
+        return None
+    first = (
+        Delivery.objects.filter(id__in=ids, status=DeliveryStatus.PENDING)
+        .order_by("next_attempt_at")
+        .values_list("next_attempt_at", flat=True)
+        .first()
+    )
+    return None if first is None else (first - now).total_seconds()

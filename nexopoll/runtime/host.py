@@ -1,0 +1,59 @@
+"""The PollerHost a tick hands to its poller: it records, the commit sends."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from nexopoll.channels import get_channel
+from nexopoll.core.config import expand_env
+from nexopoll.core.errors import ConfigError, CredentialsMissingError, PermanentError
+
+log = logging.getLogger("nexopoll.poller")
+
+
+@dataclass(frozen=True)
+class PendingDelivery:
+    channel: str
+    recipient: str
+    payload: dict[str, Any]
+    purpose: str = "item"
+
+
+@dataclass
+class TickHost:
+    """Collects deliveries for the tick's commit; nothing leaves before it commits."""
+
+    job_id: str
+    agent: str
+    bindings: dict[str, Any]
+    env: Any
+    deliveries: list[PendingDelivery] = field(default_factory=list)
+
+    def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
+        get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
+        if not isinstance(payload, dict):
+            raise ConfigError(f"delivery payload must be a JSON object, got {type(payload).__name__}")
+        self.deliveries.append(PendingDelivery(channel, str(recipient), payload))
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        get_channel("stream")
+        raise ConfigError("publish needs the 'stream' channel")  # pragma: no cover
+
+    def credentials_get(self, channel: str) -> dict[str, Any]:
+        binding = self.bindings.get(channel)
+        if binding is None:
+            raise CredentialsMissingError(f"agent {self.agent!r} has no {channel!r} binding")
+        return expand_env(binding, self.env, path=f"agents.{self.agent}.{channel}")
+
+    def log(self, level: str, message: str, **fields: Any) -> None:
+        lvl = logging.getLevelName(level.upper())
+        log.log(lvl if isinstance(lvl, int) else logging.INFO, "poller.log job=%s %s %s",
+                self.job_id, message, fields or "")
+
+    def metric_inc(self, name: str, **labels: str) -> None:
+        log.debug("poller.metric job=%s %s %s", self.job_id, name, labels)
+
+    def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
+        raise PermanentError("no LLM provider is configured in this build")

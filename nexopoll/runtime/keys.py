@@ -1,0 +1,38 @@
+"""Redis key names shared by beat, the RedBeat sync and the tick (RedBeat's own layout)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+ENTRY_PREFIX = "job:"
+
+
+def key_prefix() -> str:
+    return settings.CELERY_REDBEAT_KEY_PREFIX
+
+
+def schedule_key() -> str:
+    return key_prefix() + ":schedule"
+
+
+def entry_name(job_id: str) -> str:
+    return ENTRY_PREFIX + job_id
+
+
+def entry_key(job_id: str) -> str:
+    return key_prefix() + entry_name(job_id)
+
+
+def hashes_key() -> str:
+    """Hash job_id → definition hash of the entry installed in RedBeat."""
+    return key_prefix() + "nexopoll:hashes"
+
+
+def version_key() -> str:
+    """Bumped on every entry write so beat drops its decoded-entry cache."""
+    return key_prefix() + "nexopoll:version"
+
+
+def synced_key() -> str:
+    """Present while the entries mirror the DB; its absence (a flush) triggers a resync."""
+    return key_prefix() + "nexopoll:synced"

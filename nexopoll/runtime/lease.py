@@ -1,0 +1,66 @@
+"""Per-job lease in Redis: ``SET NX PX`` to take it, compare-token Lua to extend or release.
+
+The lease only saves duplicate work; correctness comes from the DB fencing epoch.
+A key is never deleted or expired blind: a worker whose lease expired and was
+taken over cannot release or extend its successor's lease.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+
+import redis
+
+KEY_PREFIX = "nexopoll:lease:"
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+_EXTEND = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+_HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    job_id: str
+    token: str
+    ttl_ms: int
+
+    @property
+    def key(self) -> str:
+        return lease_key(self.job_id)
+
+
+def lease_key(job_id: str) -> str:
+    return KEY_PREFIX + job_id
+
+
+def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
+    """Take the job's lease for ``ttl_ms``, or return None when another tick holds it."""
+    token = f"{_HOLDER}:{secrets.token_hex(8)}"
+    if client.set(lease_key(job_id), token, nx=True, px=ttl_ms):
+        return Lease(job_id, token, ttl_ms)
+    return None
+
+
+def extend(client: redis.Redis, lease: Lease) -> bool:
+    """Push the lease's expiry to ``ttl_ms`` from now; False if it is no longer ours."""
+    return bool(client.eval(_EXTEND, 1, lease.key, lease.token, lease.ttl_ms))
+
+
+def release(client: redis.Redis, lease: Lease) -> bool:
+    """Drop the lease if it is still ours; False if it expired or was taken over."""
+    return bool(client.eval(_RELEASE, 1, lease.key, lease.token))

@@ -1,0 +1,111 @@
+"""Mirror the DB's job definitions into RedBeat entries (one per job).
+
+Used by beat (at start, on a timer, and when the schedule vanished) and by reload
+(for the jobs it changed). A kept entry keeps its score, so a resync never moves
+or replays a slot; a new or changed one gets the next slot after ``now``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from nexopoll.core.schedule import next_slot
+
+from ..models import Agent, PollJob
+from . import keys
+from .definitions import JobDef, from_row
+
+log = logging.getLogger("nexopoll.beat")
+
+
+def entry_definition(job: JobDef, *, now: datetime) -> str:
+    interval = job.interval(now).total_seconds()
+    definition = {
+        "name": keys.entry_name(job.job_id),
+        "task": "nexopoll.tick",
+        "args": [job.job_id],
+        "kwargs": {"lease_ttl_ms": job.lease_ttl_ms(now)},
+        # a tick still queued when its next slot is due is dropped: the next one covers it
+        "options": {"expires": max(interval, 30.0)},
+        "schedule": {"__type__": "nexopoll", "schedule": _schedule_dict(job),
+                     "offset_ms": int(job.offset.total_seconds() * 1000)},
+        "enabled": True,
+    }
+    return json.dumps(definition, sort_keys=True)
+
+
+def _schedule_dict(job: JobDef) -> dict[str, Any]:
+    from nexopoll.core.schedule import schedule_to_dict
+
+    return schedule_to_dict(job.schedule)
+
+
+def _score(job: JobDef, now: datetime) -> float:
+    nxt = next_slot(job.schedule, after=now, offset=job.offset)
+    return -1 if nxt is None else nxt.timestamp()
+
+
+def write_entries(client: Any, jobs: Iterable[JobDef], *, now: datetime) -> int:
+    """Write (or rewrite) the entries of ``jobs`` with their next slot after ``now``."""
+    n = 0
+    with client.pipeline(transaction=False) as pipe:
+        for job in jobs:
+            key = keys.entry_key(job.job_id)
+            pipe.hset(key, "definition", entry_definition(job, now=now))
+            pipe.hsetnx(key, "meta", json.dumps({"last_run_at": None}))
+            pipe.zadd(keys.schedule_key(), {key: _score(job, now)})
+            pipe.hset(keys.hashes_key(), job.job_id, job.definition_hash)
+            n += 1
+        pipe.incr(keys.version_key())
+        pipe.execute()
+    return n
+
+
+def delete_entries(client: Any, job_ids: Iterable[str]) -> int:
+    ids = list(job_ids)
+    if not ids:
+        return 0
+    with client.pipeline(transaction=False) as pipe:
+        for job_id in ids:
+            pipe.zrem(keys.schedule_key(), keys.entry_key(job_id))
+            pipe.delete(keys.entry_key(job_id))
+            pipe.hdel(keys.hashes_key(), job_id)
+        pipe.incr(keys.version_key())
+        pipe.execute()
+    return len(ids)
+
+
+def load_jobdefs() -> list[JobDef]:
+    agents = dict(Agent.objects.values_list("agent_id", "bindings"))
+    return [from_row(job, agents.get(job.agent, {})) for job in PollJob.objects.all()]
+
+
+def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
+    """Make RedBeat's job entries match the DB; return counts of what changed."""
+    jobs = {j.job_id: j for j in load_jobdefs()}
+    installed: dict[str, str] = client.hgetall(keys.hashes_key())
+    prefix = keys.key_prefix() + keys.ENTRY_PREFIX
+    scheduled = {
+        m[len(prefix):] for m in client.zrange(keys.schedule_key(), 0, -1) if m.startswith(prefix)
+    }
+    stale = (set(installed) | scheduled) - set(jobs)
+    changed = [j for i, j in jobs.items() if installed.get(i) != j.definition_hash]
+    missing = [j for i, j in jobs.items() if i not in scheduled and installed.get(i) == j.definition_hash]
+    write_entries(client, changed, now=now)
+    write_entries(client, missing, now=now)
+    delete_entries(client, stale)
+    client.set(keys.synced_key(), now.isoformat())
+    return {"jobs": len(jobs), "written": len(changed), "restored": len(missing), "removed": len(stale)}
+
+
+def sync_jobs(client: Any, *, upsert: Iterable[str], remove: Iterable[str], now: datetime) -> None:
+    """Apply a reload's changes to RedBeat right away (beat's resync covers a failure here)."""
+    ids = list(upsert)
+    agents = dict(Agent.objects.values_list("agent_id", "bindings"))
+    jobs = [from_row(j, agents.get(j.agent, {})) for j in PollJob.objects.filter(job_id__in=ids)]
+    write_entries(client, jobs, now=now)
+    delete_entries(client, remove)

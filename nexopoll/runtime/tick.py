@@ -1,0 +1,319 @@
+"""One tick, end to end (DESIGN.md "A tick, end to end").
+
+lease → read state → decide whether to run → take the fencing epoch → poller.tick
+under a deadline → decide (pure) → one transaction: state + outbox rows WHERE
+epoch = mine → enqueue deliveries → release the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from nexopoll.core.breaker import Health, may_tick, start_tick
+from nexopoll.core.config import expand_env
+from nexopoll.core.contract import CancelToken, PollContext, TickAck
+from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, plan_success
+from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
+from nexopoll.core.schedule import next_slot
+
+from ..models import Delivery, PollState
+from . import definitions, lease
+from .host import PendingDelivery, TickHost
+from .redis import get_redis
+from .registry import get_registry
+
+log = logging.getLogger("nexopoll.tick")
+
+STATE_FIELDS = (
+    "epoch", "definition_hash", "cursor", "paused", "consecutive_errors", "breaker_open_until",
+    "breaker_trips", "breaker_trial_at", "running_since", "crash_count", "last_failure_alert_at",
+    "alert_active",
+)  # fmt: skip
+
+
+@dataclass
+class TickReport:
+    job_id: str
+    status: str  # ok | transient | permanent | skipped | fenced
+    reason: str = ""
+    epoch: int | None = None
+    items_seen: int = 0
+    items_dispatched: int = 0
+    deliveries: list[PendingDelivery] = field(default_factory=list)
+    delivery_ids: list[str] = field(default_factory=list)
+    next_cursor: bytes | None = None
+    retry_in: timedelta | None = None
+    error: str = ""
+    committed: bool = False
+
+
+class Fenced(Exception):
+    """The state row's epoch moved on: a newer tick owns the job; this one must not commit."""
+
+
+def tick_job(
+    job_id: str,
+    *,
+    now: datetime,
+    lease_ttl_ms: int | None = None,
+    manual: bool = False,
+    dry_run: bool = False,
+) -> TickReport:
+    """Run one tick of ``job_id``. ``manual`` (CLI ``run``) bypasses the lease, pause and breaker.
+
+    ``dry_run`` runs the poller and reports what it would deliver and the next cursor,
+    committing nothing.
+    """
+    held = None
+    if not manual:
+        ttl = lease_ttl_ms or int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)
+        held = lease.try_acquire(get_redis(), job_id, ttl)
+        if held is None:
+            return _skipped(job_id, "lease busy")
+    try:
+        return _run(job_id, now=now, manual=manual, dry_run=dry_run, held=held)
+    finally:
+        if held is not None:
+            try:
+                lease.release(get_redis(), held)
+            except Exception:  # the lease expires on its own; never mask the tick's result
+                log.warning("lease.release_failed job=%s", job_id, exc_info=True)
+
+
+def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
+    log.debug("tick.skipped job=%s reason=%s", job_id, reason)
+    return TickReport(job_id, "skipped", reason=reason, epoch=epoch)
+
+
+def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> TickReport:  # noqa: C901
+    row = PollState.objects.filter(job_id=job_id).values(*STATE_FIELDS).first()
+    job = definitions.get(job_id, row["definition_hash"]) if row else None
+    if row is None or job is None or not row["definition_hash"]:
+        return _skipped(job_id, "unknown job")
+    policy = JobPolicy(
+        breaker=job.breaker_policy(),
+        alert_cooldown=timedelta(seconds=job.alert_cooldown_secs),
+        has_failure_to=bool(job.failure_to),
+        max_hint=timedelta(seconds=settings.NEXOPOLL_MAX_INTERVAL_HINT_SECS),
+    )
+    health = Health(
+        consecutive_errors=row["consecutive_errors"],
+        open_until=row["breaker_open_until"],
+        trips=row["breaker_trips"],
+        trial_started_at=row["breaker_trial_at"],
+    )
+    if not manual:
+        if row["paused"]:
+            return _skipped(job_id, "paused")
+        if not may_tick(health, now=now, policy=policy.breaker):
+            return _skipped(job_id, "breaker open")
+    start = StartState(
+        health=health,
+        alert_active=row["alert_active"],
+        last_failure_alert_at=row["last_failure_alert_at"],
+    )
+    # A tick that started and never finished while nobody held the lease died with its worker.
+    crashed = row["running_since"] is not None and not manual
+    crash_count = row["crash_count"] + 1 if crashed else 0
+    epoch = row["epoch"] + 1
+    if not dry_run:
+        taken = PollState.objects.filter(job_id=job_id, epoch=row["epoch"]).update(
+            epoch=epoch,
+            running_since=now,
+            last_started_at=now,
+            crash_count=crash_count,
+            breaker_trial_at=start_tick(health, now=now).trial_started_at,
+        )
+        if not taken:
+            return _skipped(job_id, "another tick took the epoch")
+
+    nxt = next_slot(job.schedule, after=now, offset=job.offset)
+    host = TickHost(job_id, job.agent, job.agent_bindings, os.environ)
+    started = time.monotonic()
+    ack: TickAck | None = None
+    exc: BaseException | None = None
+    if crash_count >= settings.NEXOPOLL_MAX_CRASHES:
+        exc = TransientError(f"the worker died during {crash_count} consecutive ticks")
+    else:
+        try:
+            ack = _call_poller(job, row["cursor"], now=now, host=host, lease_ms=held and held.ttl_ms)
+        except Exception as e:  # classified below; any exception is a failed tick
+            exc = e
+    latency_ms = int((time.monotonic() - started) * 1000)
+
+    report = TickReport(job_id, "ok", epoch=epoch)
+    if exc is None:
+        assert ack is not None
+        decision = plan_success(
+            start, now=now, policy=policy, hint=ack.next_interval_hint, one_shot=job.one_shot
+        )
+        report.items_seen, report.items_dispatched = ack.items_seen, ack.items_dispatched
+        report.next_cursor = ack.next_cursor
+        report.deliveries = list(host.deliveries)
+    else:
+        cls = classify(exc)
+        message = _describe(exc)
+        if cls is ErrorClass.TRANSIENT and not isinstance(exc, TransientError | ConfigError):
+            log.warning("tick.unexpected_error job=%s\n%s", job_id, _tb(exc))
+        decision = plan_failure(
+            start, cls, message, now=now, policy=policy, next_slot_at=nxt,
+            retry_after=getattr(exc, "retry_after", None),
+        )  # fmt: skip
+        report.status, report.error = decision.status, message
+        crash_count = 0 if crash_count >= settings.NEXOPOLL_MAX_CRASHES else crash_count
+    report.deliveries += _notices(job, decision, now)
+    report.retry_in = decision.retry_in
+    if dry_run:
+        return report
+
+    fields = _state_fields(decision, report, now=now, latency_ms=latency_ms, nxt=nxt, ack=ack)
+    fields["crash_count"] = 0 if exc is None else crash_count
+    if held is not None and latency_ms > held.ttl_ms / 2 and not lease.extend(get_redis(), held):
+        log.warning("lease.lost job=%s epoch=%s: not committing", job_id, epoch)
+        return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=epoch)
+    try:
+        report.delivery_ids = _commit(job, epoch, fields, report.deliveries, now=now)
+    except Fenced:
+        log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, epoch)
+        return TickReport(job_id, "fenced", reason="epoch moved on", epoch=epoch)
+    report.committed = True
+    if decision.not_before is not None:
+        _push_back_entry(job_id, decision.not_before)
+    log.info(
+        "tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
+        job_id, job.kind, report.status, epoch, report.items_seen, report.items_dispatched,
+        latency_ms, f" error={report.error}" if report.error else "",
+    )  # fmt: skip
+    return report
+
+
+def _call_poller(job, cursor, *, now: datetime, host: TickHost, lease_ms: int | None) -> TickAck:
+    poller = get_registry().get(job.kind)
+    config = expand_env(job.config, os.environ, path="config")
+    timeout = settings.NEXOPOLL_TICK_TIMEOUT_SECS
+    if lease_ms:
+        timeout = min(timeout, lease_ms / 1000 * 0.8)
+    ctx = PollContext(
+        job_id=job.job_id,
+        agent_id=job.agent,
+        kind=job.kind,
+        config=config,
+        cursor=bytes(cursor) if cursor is not None else None,
+        now=now,
+        interval_hint=job.interval(now),
+        cancel=CancelToken(deadline=time.monotonic() + timeout),
+        host=host,
+    )
+    ack = poller.tick(ctx)
+    if not isinstance(ack, TickAck):
+        raise TypeError(f"poller {job.kind!r} returned {type(ack).__name__}, not TickAck")
+    return ack
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:2000]
+
+
+def _tb(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))[-4000:]
+
+
+def _notices(job, decision: Decision, now: datetime) -> list[PendingDelivery]:
+    if not job.failure_to or not (decision.send_alert or decision.send_recovery):
+        return []
+    if decision.send_alert:
+        text = f"⚠ poller `{job.job_id}` (kind={job.kind}) failing: {decision.error}"
+        if decision.pause_reason:
+            text += " — the job is paused"
+        purpose = "alert"
+    else:
+        text = f"✅ poller `{job.job_id}` (kind={job.kind}) recovered"
+        purpose = "recovery"
+    payload = {"text": text, "job_id": job.job_id, "kind": job.kind, "at": now.isoformat()}
+    return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
+
+
+def _state_fields(decision: Decision, report: TickReport, *, now, latency_ms, nxt, ack) -> dict[str, Any]:
+    h = decision.health
+    fields: dict[str, Any] = {
+        "consecutive_errors": h.consecutive_errors,
+        "breaker_open_until": h.open_until,
+        "breaker_trips": h.trips,
+        "breaker_trial_at": h.trial_started_at,
+        "running_since": None,
+        "last_run_at": now,
+        "last_status": decision.status,
+        "last_error": decision.error,
+        "last_latency_ms": latency_ms,
+        "next_run_at": max(nxt, decision.not_before) if nxt and decision.not_before else nxt,
+        "alert_active": decision.alert_active,
+        "last_failure_alert_at": decision.last_failure_alert_at,
+        "updated_at": now,
+        "_seen": report.items_seen,
+        "_dispatched": report.items_dispatched,
+    }
+    if decision.pause_reason:
+        fields["paused"] = True
+        fields["paused_reason"] = decision.pause_reason
+    if ack is not None and ack.next_cursor is not None:
+        fields["cursor"] = ack.next_cursor
+    return fields
+
+
+def _commit(job, epoch: int, fields: dict[str, Any], deliveries, *, now: datetime) -> list[str]:
+    from django.db.models import F
+
+    with transaction.atomic():
+        updated = PollState.objects.filter(job_id=job.job_id, epoch=epoch).update(
+            ticks_total=F("ticks_total") + 1,
+            items_seen_total=F("items_seen_total") + fields.pop("_seen", 0),
+            items_dispatched_total=F("items_dispatched_total") + fields.pop("_dispatched", 0),
+            **fields,
+        )
+        if not updated:
+            raise Fenced(job.job_id)
+        rows = [
+            Delivery(
+                job_id=job.job_id, agent=job.agent, epoch=epoch, purpose=d.purpose,
+                channel=d.channel, recipient=d.recipient, payload=d.payload,
+                next_attempt_at=now, created_at=now,
+            )  # fmt: skip
+            for d in deliveries
+        ]
+        if rows:
+            Delivery.objects.bulk_create(rows)
+            ids = [str(r.id) for r in rows]
+            transaction.on_commit(lambda: enqueue_deliveries(ids))
+            return ids
+    return []
+
+
+def enqueue_deliveries(ids: list[str]) -> None:
+    """Hand committed outbox rows to the delivery task; the sweeper covers a failure here."""
+    from nexopoll.celery import app
+
+    try:
+        app.send_task("nexopoll.deliver", args=[ids])
+    except Exception:
+        log.warning("delivery.enqueue_failed rows=%s: the sweeper will send them", len(ids),
+                    exc_info=True)
+
+
+def _push_back_entry(job_id: str, not_before: datetime) -> None:
+    """Honour next_interval_hint: move the job's RedBeat slot to at least ``not_before``."""
+    from .keys import entry_key, schedule_key
+
+    try:
+        get_redis().zadd(schedule_key(), {entry_key(job_id): not_before.timestamp()}, xx=True, gt=True)
+    except Exception:
+        log.warning("tick.hint_not_applied job=%s", job_id, exc_info=True)

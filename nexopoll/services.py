@@ -1,0 +1,266 @@
+"""Operator verbs shared by the CLI, the admin, the JSON API and the LLM tools."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
+from nexopoll.core.schedule import next_slot, schedule_to_dict
+
+from .models import Agent, PollJob, PollState
+from .runtime import definitions
+from .runtime.definitions import runtime_hash
+from .runtime.registry import get_registry
+from .runtime.tick import TickReport, tick_job
+
+log = logging.getLogger("nexopoll.services")
+
+
+class UnknownJob(LookupError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"unknown job {job_id!r}")
+
+
+class ReloadRefused(Exception):
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        self.issues = issues
+        super().__init__("reload refused (--strict): " + "; ".join(str(i) for i in issues))
+
+
+@dataclass
+class ReloadResult:
+    add: list[str] = field(default_factory=list)
+    replace: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)
+    kept_invalid: list[str] = field(default_factory=list)
+    issues: list[str] = field(default_factory=list)
+    applied: bool = False
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "add": self.add, "replace": self.replace, "remove": self.remove, "keep": self.keep,
+            "kept_invalid": self.kept_invalid, "issues": self.issues, "applied": self.applied,
+            "source": self.source,
+        }  # fmt: skip
+
+
+def config_path() -> Path:
+    return Path(settings.NEXOPOLL_CONFIG)
+
+
+def load_file(*, now: datetime, path: Path | None = None) -> LoadedConfig:
+    """Parse and validate pollers.yaml. An absent file is an empty config (subsystem off)."""
+    path = path or config_path()
+    text = b""
+    if path.exists():
+        with path.open("rb") as fh:  # the loader refuses > 1 MiB; never read a huge file whole
+            text = fh.read(2 * 1024 * 1024)
+    return load_config(
+        text, source=str(path), env=os.environ, now=now, validators=get_registry().validators()
+    )
+
+
+def _globals(loaded: LoadedConfig) -> dict[str, Any]:
+    s = loaded.settings
+    return {
+        "breaker_threshold": s.breaker_threshold,
+        "alert_cooldown_secs": s.failure_alert_cooldown_secs,
+        "lease_ttl_factor": s.lease_ttl_factor,
+    }
+
+
+def reload_config(
+    *, now: datetime, dry_run: bool = False, strict: bool = False, path: Path | None = None
+) -> ReloadResult:
+    """Validate every job, then apply ``{add, replace, remove, keep}`` in one transaction.
+
+    A job whose new definition is invalid keeps its last good one (``kept_invalid``).
+    Raises ``ConfigFileError`` when the file as a whole is unusable (nothing applied)
+    and ``ReloadRefused`` under ``strict`` when any job is invalid.
+    """
+    loaded = load_file(now=now, path=path)
+    if strict and loaded.issues:
+        raise ReloadRefused(loaded.issues)
+    glob = _globals(loaded)
+    bindings = {a.id: a.bindings for a in loaded.agents.values()}
+    desired = {
+        spec.id: (spec, runtime_hash(spec.definition_hash, glob, bindings.get(spec.agent, {})))
+        for spec in loaded.jobs.values()
+    }
+    current = dict(PollJob.objects.values_list("job_id", "definition_hash"))
+    invalid = {i.job_id for i in loaded.issues if i.job_id}
+    res = ReloadResult(source=str(path or config_path()), issues=[str(i) for i in loaded.issues])
+    res.add = sorted(set(desired) - set(current))
+    res.remove = sorted(set(current) - set(desired) - invalid)
+    res.replace = sorted(i for i in desired if i in current and current[i] != desired[i][1])
+    res.keep = sorted(i for i in desired if i in current and current[i] == desired[i][1])
+    res.kept_invalid = sorted(invalid & set(current) - set(desired))
+    if dry_run:
+        return res
+    with transaction.atomic():
+        _apply_agents(loaded, keep_for=res.kept_invalid)
+        for job_id in res.add + res.replace:
+            spec, rhash = desired[job_id]
+            _upsert_job(spec, rhash, glob, added=job_id in res.add)
+        PollJob.objects.filter(job_id__in=res.remove).delete()
+        PollState.objects.filter(job_id__in=res.remove).update(definition_hash="")
+        changed = res.add + res.replace
+        transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now))
+    res.applied = True
+    log.info("reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s",
+             len(res.add), len(res.replace), len(res.remove), len(res.keep), len(res.issues))
+    return res
+
+
+def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
+    still_used = set(PollJob.objects.filter(job_id__in=keep_for).values_list("agent", flat=True))
+    for agent in loaded.agents.values():
+        Agent.objects.update_or_create(agent_id=agent.id, defaults={"bindings": agent.bindings})
+    Agent.objects.exclude(agent_id__in=set(loaded.agents) | still_used).delete()
+
+
+def _upsert_job(spec: Any, rhash: str, glob: dict[str, Any], *, added: bool) -> None:
+    PollJob.objects.update_or_create(
+        job_id=spec.id,
+        defaults={
+            "kind": spec.kind, "agent": spec.agent, "schedule": schedule_to_dict(spec.schedule),
+            "jitter_ms": spec.jitter_ms, "config": spec.config,
+            "failure_to": {"channel": spec.failure_to.channel, "to": spec.failure_to.to}
+            if spec.failure_to else None,
+            "paused_on_boot": spec.paused_on_boot, "definition_hash": rhash,
+            "source_line": spec.line, **glob,
+        },
+    )  # fmt: skip
+    state, created = PollState.objects.get_or_create(
+        job_id=spec.id, defaults={"definition_hash": rhash, "paused": spec.paused_on_boot}
+    )
+    if not created:
+        update: dict[str, Any] = {"definition_hash": rhash}
+        if added and spec.paused_on_boot:
+            update["paused"] = True
+            update["paused_reason"] = "paused_on_boot"
+        PollState.objects.filter(job_id=spec.id).update(**update)
+    elif spec.paused_on_boot:
+        PollState.objects.filter(job_id=spec.id).update(paused_reason="paused_on_boot")
+
+
+def _sync_redbeat(upsert: list[str], remove: list[str], *, now: datetime) -> None:
+    from .runtime.redbeat_sync import sync_jobs
+    from .runtime.redis import get_redis
+
+    try:
+        sync_jobs(get_redis(), upsert=upsert, remove=remove, now=now)
+    except Exception as exc:
+        log.warning("reload.redbeat_sync_failed: %s; beat re-syncs within %ss",
+                    exc, settings.NEXOPOLL_RESYNC_SECS)
+
+
+# --- per-job verbs ---------------------------------------------------------------
+def _require(job_id: str) -> PollJob:
+    job = PollJob.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise UnknownJob(job_id)
+    return job
+
+
+def pause_job(job_id: str, *, reason: str = "paused by operator") -> None:
+    _require(job_id)
+    PollState.objects.filter(job_id=job_id).update(paused=True, paused_reason=reason)
+
+
+def resume_job(job_id: str) -> None:
+    _require(job_id)
+    PollState.objects.filter(job_id=job_id).update(
+        paused=False, paused_reason="", breaker_open_until=None, breaker_trial_at=None
+    )
+
+
+def reset_job(job_id: str) -> None:
+    """Clear the cursor, errors, breaker and alert state (the pause flag is left as is).
+
+    The epoch moves on, so a tick running right now cannot commit its old cursor.
+    """
+    from django.db.models import F
+
+    _require(job_id)
+    PollState.objects.filter(job_id=job_id).update(
+        epoch=F("epoch") + 1, cursor=None, consecutive_errors=0, breaker_open_until=None,
+        breaker_trips=0, breaker_trial_at=None, running_since=None, crash_count=0,
+        last_error="", alert_active=False, last_failure_alert_at=None,
+    )  # fmt: skip
+
+
+def run_job(job_id: str, *, now: datetime, dry_run: bool = False) -> TickReport:
+    _require(job_id)
+    return tick_job(job_id, now=now, manual=True, dry_run=dry_run)
+
+
+def _cursor_text(cursor: bytes | memoryview | None) -> str | None:
+    if cursor is None:
+        return None
+    raw = bytes(cursor)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(raw).decode()
+
+
+def job_view(job: PollJob, state: PollState | None, *, now: datetime) -> dict[str, Any]:
+    jd = definitions.from_row(job, {})
+    nxt = next_slot(jd.schedule, after=now, offset=jd.offset)
+    view: dict[str, Any] = {
+        "id": job.job_id, "kind": job.kind, "agent": job.agent, "schedule": job.schedule,
+        "stagger_ms": int(jd.offset.total_seconds() * 1000),
+        "failure_to": job.failure_to,
+        "next_slot_at": nxt.isoformat() if nxt else None,
+    }  # fmt: skip
+    if state is not None:
+        view.update(
+            paused=state.paused, paused_reason=state.paused_reason,
+            status=state.last_status or "never", last_error=state.last_error,
+            consecutive_errors=state.consecutive_errors,
+            breaker=_breaker_label(state, now), epoch=state.epoch,
+            last_run_at=state.last_run_at.isoformat() if state.last_run_at else None,
+            next_run_at=state.next_run_at.isoformat() if state.next_run_at else None,
+            ticks_total=state.ticks_total, items_seen_total=state.items_seen_total,
+            items_dispatched_total=state.items_dispatched_total,
+        )  # fmt: skip
+    return view
+
+
+def _breaker_label(state: PollState, now: datetime) -> str:
+    if state.breaker_open_until is None:
+        return "closed"
+    return "open" if now < state.breaker_open_until else "half-open"
+
+
+def list_jobs(*, now: datetime) -> list[dict[str, Any]]:
+    states = {s.job_id: s for s in PollState.objects.all()}
+    return [job_view(j, states.get(j.job_id), now=now) for j in PollJob.objects.all()]
+
+
+def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
+    job = _require(job_id)
+    state = PollState.objects.filter(job_id=job_id).first()
+    view = job_view(job, state, now=now)
+    view["config"] = job.config  # as written: ${VAR} references, never their values
+    view["cursor"] = _cursor_text(state.cursor) if state else None
+    view["pending_deliveries"] = job_pending(job_id)
+    return view
+
+
+def job_pending(job_id: str) -> int:
+    from .models import Delivery
+
+    return Delivery.objects.filter(job_id=job_id, status="pending").count()

@@ -1,0 +1,171 @@
+"""Django settings. The only module that reads the environment (through ``env.py``).
+
+Embedded defaults run everything on one machine: SQLite under ``data/``, Redis at
+``REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Set ``DATABASE_URL`` for
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from kombu import Exchange, Queue
+
+from .env import env_bool, env_float, env_int, env_secret, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("NEXOPOLL_DATA_DIR", str(BASE_DIR / "data")))
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY", "nexopoll-insecure-dev-key-change-me")
+ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_results",
+    "nexopoll.apps.NexopollConfig",
+    "admin_ext.apps.AdminExtConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "nexopoll.urls"
+WSGI_APPLICATION = "nexopoll.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL", "")
+    if url:
+        db = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    else:
+        db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(DATA_DIR / "nexopoll.sqlite3")}
+    if db["ENGINE"].endswith("sqlite3"):
+        # IMMEDIATE takes the write lock at BEGIN, so a tick's commit never fails
+        # half-way on a lock upgrade; WAL lets readers run beside the writer.
+        db["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    return db
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = str(DATA_DIR / "static")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"nexopoll": {"handlers": ["console"], "level": env_str("NEXOPOLL_LOG_LEVEL", "INFO")}},
+}
+
+# --- nexopoll -----------------------------------------------------------------
+NEXOPOLL_CONFIG = env_str("NEXOPOLL_CONFIG", str(BASE_DIR / "config" / "pollers.yaml"))
+# Out-of-tree poller kinds by dotted name, "pkg.module:Class,…" (entry points also work).
+NEXOPOLL_EXTRA_POLLERS = env_str("NEXOPOLL_EXTRA_POLLERS", "")
+NEXOPOLL_API_TOKEN = env_secret("NEXOPOLL_API_TOKEN", "")
+# Floor of the per-job lease TTL (DESIGN: at least 30 s). Tests shorten it.
+NEXOPOLL_LEASE_MIN_SECS = env_float("NEXOPOLL_LEASE_MIN_SECS", 30.0)
+# Upper bound of one tick's run time (the poller's deadline); never above the lease TTL.
+NEXOPOLL_TICK_TIMEOUT_SECS = env_float("NEXOPOLL_TICK_TIMEOUT_SECS", 120.0)
+# Breaker backoff: base doubling up to cap (DESIGN: 30 s → 300 s).
+NEXOPOLL_BREAKER_BASE_SECS = env_float("NEXOPOLL_BREAKER_BASE_SECS", 30.0)
+NEXOPOLL_BREAKER_CAP_SECS = env_float("NEXOPOLL_BREAKER_CAP_SECS", 300.0)
+# How far a poller's next_interval_hint may push the next slot.
+NEXOPOLL_MAX_INTERVAL_HINT_SECS = env_float("NEXOPOLL_MAX_INTERVAL_HINT_SECS", 3600.0)
+# Beat re-creates every job's RedBeat entry from the DB this often (and at once
+# when it finds the schedule gone, e.g. after a Redis flush).
+NEXOPOLL_RESYNC_SECS = env_float("NEXOPOLL_RESYNC_SECS", 30.0)
+# Outbox: delivery attempts before a row is dead-lettered; the sweeper period.
+NEXOPOLL_DELIVERY_MAX_ATTEMPTS = env_int("NEXOPOLL_DELIVERY_MAX_ATTEMPTS", 8)
+NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)
+NEXOPOLL_SWEEP_SECS = env_float("NEXOPOLL_SWEEP_SECS", 15.0)
+# Crash cap: a tick whose worker died this many times in a row counts as failed.
+NEXOPOLL_MAX_CRASHES = env_int("NEXOPOLL_MAX_CRASHES", 3)
+
+# --- Celery -------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_TASK_SOFT_TIME_LIMIT = int(NEXOPOLL_TICK_TIMEOUT_SECS) + 30
+CELERY_TASK_TIME_LIMIT = int(NEXOPOLL_TICK_TIMEOUT_SECS) + 60
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+_VISIBILITY = env_int(
+    "NEXOPOLL_VISIBILITY_TIMEOUT",
+    # above the longest retry countdown (the breaker cap) plus the hard time limit
+    int(NEXOPOLL_BREAKER_CAP_SECS) + CELERY_TASK_TIME_LIMIT + 60,
+)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _VISIBILITY,
+    "unacked_restore_throttle": env_float("NEXOPOLL_UNACKED_RESTORE_THROTTLE", 0.1),
+    "socket_timeout": 10,
+    "socket_connect_timeout": 5,
+    "health_check_interval": 10,
+    "retry_on_timeout": True,
+}
+CELERY_REDBEAT_REDIS_URL = REDIS_URL
+CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 10, "socket_connect_timeout": 5,
+                                "health_check_interval": 10}
+CELERY_REDBEAT_KEY_PREFIX = "nexopoll:redbeat:"
+CELERY_REDBEAT_LOCK_TIMEOUT = env_int("NEXOPOLL_BEAT_LOCK_TIMEOUT", 30)
+CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("NEXOPOLL_BEAT_MAX_LOOP", 1.0)
+CELERY_BEAT_SCHEDULER = "nexopoll.runtime.beat:NexopollScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "nexopoll-sweep-outbox": {"task": "nexopoll.sweep_outbox", "schedule": NEXOPOLL_SWEEP_SECS},
+}
+CELERY_TASK_DEFAULT_QUEUE = "nexopoll"
+# Publish through the nameless exchange: kombu's Redis transport then pushes to the
+# queue's list directly instead of looking up `_kombu.binding.*` keys, which a
+# flushed Redis loses (publishes would be dropped until every worker restarts).
+CELERY_TASK_QUEUES = (Queue("nexopoll", Exchange("", type="direct"), routing_key="nexopoll"),)
+CELERY_TASK_DEFAULT_EXCHANGE = ""
+CELERY_TASK_DEFAULT_ROUTING_KEY = "nexopoll"
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # a file, not :memory:, so worker processes started by the tests share it
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-nexopoll.sqlite3")}

@@ -1,0 +1,39 @@
+"""Thin Celery tasks: read the clock once, call one runtime function."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.utils import timezone
+
+from .runtime import delivery
+from .runtime.tick import enqueue_deliveries, tick_job
+
+
+@shared_task(name="nexopoll.tick", bind=True, ignore_result=True, max_retries=None)
+def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
+    """One scheduled tick. A transient failure is retried through Celery with the
+    countdown the job's stored health allows (never past the next slot, never into
+    an open breaker)."""
+    report = tick_job(job_id, now=timezone.now(), lease_ttl_ms=lease_ttl_ms)
+    if report.retry_in is not None and report.committed:
+        raise self.retry(countdown=report.retry_in.total_seconds())
+    return report.status
+
+
+@shared_task(name="nexopoll.deliver", ignore_result=True)
+def deliver(ids: list[str]) -> dict[str, str]:
+    outcomes = delivery.deliver_rows(ids, now=timezone.now())
+    retry = [i for i, outcome in outcomes.items() if outcome == "retry"]
+    wait = delivery.soonest_retry(retry, now=timezone.now())
+    if wait is not None and wait <= 60:
+        # short backoffs go straight back on the queue; the sweeper covers the rest
+        deliver.apply_async(args=[retry], countdown=max(wait, 0))
+    return outcomes
+
+
+@shared_task(name="nexopoll.sweep_outbox", ignore_result=True)
+def sweep_outbox() -> int:
+    ids = delivery.due_rows(now=timezone.now())
+    for start in range(0, len(ids), 50):
+        enqueue_deliveries(ids[start : start + 50])
+    return len(ids)

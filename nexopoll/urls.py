@@ -1,0 +1,10 @@
+from django.contrib import admin
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", views.healthz),
+    path("demo/items", views.demo_items),
+]

@@ -1,0 +1,154 @@
+"""Real processes for integration tests: redis-server, Celery workers and beat.
+
+Every process starts in its own session (``start_new_session=True``) so a test can
+SIGKILL/SIGSTOP it as a group without touching pytest, and is stopped by its own
+PID/PGID. Waits are event-driven: poll a condition, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``cond`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
+        time.sleep(interval)
+
+
+class RedisServer:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.dir = tempfile.mkdtemp(prefix="nexopoll-redis-")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=5)
+
+    def start(self) -> None:
+        cmd = [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", self.dir, "--enable-debug-command", "local",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        wait_for(self._ping, 10, what=f"redis-server on {self.port}")
+
+    def _ping(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis.exceptions.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class CeleryProc:
+    """A ``celery worker`` or ``celery beat`` subprocess with a log file to watch."""
+
+    def __init__(self, role: str, env: dict[str, str], name: str = "w1") -> None:
+        self.role = role
+        self.name = name
+        self.env = env
+        self.log = Path(tempfile.mkstemp(prefix=f"nexopoll-{role}-{name}-", suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> CeleryProc:
+        base = [sys.executable, "-m", "celery", "-A", "nexopoll"]
+        if self.role == "worker":
+            cmd = base + [
+                "worker", "-P", "prefork", "-c", "1", "-Q", "nexopoll", "-n", f"{self.name}@%h",
+                "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
+            ]  # fmt: skip
+            ready = "ready."
+        else:
+            cmd = base + ["beat", "-l", "info", "-S", "nexopoll.runtime.beat:NexopollScheduler",
+                          "--pidfile=", "-s", str(self.log) + ".schedule"]
+            ready = "beat.resync"
+        fh = open(self.log, "ab")  # noqa: SIM115  (closed with the process)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        fh.close()
+        if wait:
+            wait_for(lambda: ready in self.text() or self._died(), 60, what=f"{self.role} ready")
+            assert self.proc.poll() is None, f"{self.role} exited:\n{self.text()[-3000:]}"
+        return self
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal_group(self, sig: int) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (main process and pool children)."""
+        if self.proc and self.proc.poll() is None:
+            self.signal_group(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+
+def stack_env(redis_url: str, database_url: str, config_path: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DJANGO_SETTINGS"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="nexopoll.settings",
+        REDIS_URL=redis_url,
+        DATABASE_URL=database_url,
+        NEXOPOLL_CONFIG=config_path,
+        PYTHONPATH=str(ROOT),
+        NEXOPOLL_LEASE_MIN_SECS="3",
+        NEXOPOLL_VISIBILITY_TIMEOUT="4",
+        NEXOPOLL_UNACKED_RESTORE_THROTTLE="0",
+        NEXOPOLL_RESYNC_SECS="2",
+        NEXOPOLL_BEAT_LOCK_TIMEOUT="6",
+        NEXOPOLL_BEAT_MAX_LOOP="0.5",
+        NEXOPOLL_SWEEP_SECS="1",
+        NEXOPOLL_DELIVERY_BASE_SECS="0.2",
+    )
+    env.update(extra)
+    return env

@@ -1,0 +1,59 @@
+"""A scripted poller for integration tests, driven through Redis keys by the test.
+
+Source items are the ints in the list ``test:src:<job>`` (monotonic ids); the
+cursor is the last id delivered. ``test:mode:<job>`` makes the tick fail
+(``transient`` / ``permanent``); while ``test:block:<job>`` exists the tick stops
+after fetching (before the runtime commits), announcing itself in
+``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+
+from nexopoll.core.contract import Poller, PollContext, TickAck
+from nexopoll.core.errors import ConfigError, PermanentError, TransientError
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+
+
+class ScriptedPoller(Poller):
+    kind = "scripted"
+    description = "test poller scripted through Redis keys"
+
+    def validate(self, config: dict[str, Any]) -> None:
+        deliver = config.get("deliver")
+        if not isinstance(deliver, dict) or not {"channel", "to"} <= set(deliver):
+            raise ConfigError("deliver: {channel, to} is required", path="deliver")
+
+    def tick(self, ctx: PollContext) -> TickAck:
+        r = _client()
+        job = ctx.job_id
+        r.incr(f"test:ticks:{job}")
+        mode = r.get(f"test:mode:{job}") or "ok"
+        if mode == "transient":
+            raise TransientError("scripted transient failure")
+        if mode == "permanent":
+            raise PermanentError("scripted permanent failure")
+        last = int(ctx.cursor) if ctx.cursor else 0
+        ids = sorted(int(i) for i in r.lrange(f"test:src:{job}", 0, -1))
+        new = [i for i in ids if i > last][: int(ctx.config.get("max_per_tick", 100))]
+        target = ctx.config["deliver"]
+        for i in new:
+            ctx.host.deliver(target["channel"], target["to"], {"text": f"item {i}", "item_id": i})
+        if r.exists(f"test:block:{job}"):
+            r.set(f"test:blocked:{job}", os.getpid())
+            while r.exists(f"test:block:{job}") and not ctx.cancel.cancelled:
+                time.sleep(0.02)
+        r.rpush(f"test:done:{job}", os.getpid())
+        return TickAck(
+            next_cursor=str(new[-1]).encode() if new else None,
+            items_seen=len(ids),
+            items_dispatched=len(new),
+        )
