@@ -93,7 +93,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"nexopoll": {"handlers": ["console"], "level": env_str("NEXOPOLL_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "nexopoll": {
+            "handlers": ["console"],
+            "level": env_str("NEXOPOLL_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        }
+    },
 }
 
 # --- nexopoll -----------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""Message templates: ``{field}`` placeholders filled from a fetched item (pure).
+
+Items come from untrusted documents, so rendering never uses ``str.format``
+(which would run format specs and attribute access chosen by the document's
+author). The grammar is deliberately tiny:
+
+- ``{path}`` is a dotted path looked up in the item: mapping keys and list
+  indexes only (``{fields.assignee.name}``, ``{tags.0}``). Everything between
+  the braces is the path, so ``{dc:creator}`` looks up the key ``dc:creator``;
+  there are no format specs or conversions.
+- ``{{`` and ``}}`` are literal braces.
+- A missing field renders as the empty string; a string as is; any other value
+  (number, bool, null, list, object) as compact JSON.
+- Output is capped at :data:`MAX_OUTPUT_CHARS` characters.
+
+A lone ``{`` or ``}``, or an empty path segment, is a :class:`TemplateError`;
+pollers call :func:`check_template` while validating their config so such a
+template is rejected at load, not at tick.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAX_OUTPUT_CHARS = 64 * 1024
+MAX_TEMPLATE_CHARS = 64 * 1024
+
+_MISSING = object()
+
+
+class TemplateError(ValueError):
+    """The template itself is malformed (not the item)."""
+
+
+def check_template(template: str) -> list[str]:
+    """Validate ``template`` and return its placeholder paths, in order.
+
+    Raises:
+        TemplateError: unbalanced braces, an empty placeholder or segment, or a
+            template longer than :data:`MAX_TEMPLATE_CHARS`.
+
+    Examples:
+        >>> check_template("[{key}] {fields.summary} {{literal}}")
+        ['key', 'fields.summary']
+    """
+    return [part for is_field, part in _parse(template) if is_field]
+
+
+def render(template: str, item: Mapping[str, Any]) -> str:
+    """Fill ``template`` from ``item``.
+
+    Args:
+        template: see the module docstring for the grammar.
+        item: one element of a fetched JSON document (usually a dict).
+
+    Returns:
+        The rendered text, at most :data:`MAX_OUTPUT_CHARS` characters.
+
+    Raises:
+        TemplateError: the template is malformed.
+
+    Examples:
+        >>> render("[{key}] {fields.prio} {tags.1}{nope}", {"key": "A-1",
+        ...        "fields": {"prio": 2}, "tags": ["x", "y"]})
+        '[A-1] 2 y'
+        >>> render("{{{id}}}", {"id": {"a": [1, None]}})
+        '{{"a":[1,null]}}'
+    """
+    out: list[str] = []
+    size = 0
+    for is_field, part in _parse(template):
+        text = _stringify(lookup(item, part, _MISSING)) if is_field else part
+        out.append(text)
+        size += len(text)
+        if size >= MAX_OUTPUT_CHARS:
+            break
+    return "".join(out)[:MAX_OUTPUT_CHARS]
+
+
+def lookup(value: Any, path: str, default: Any = None) -> Any:
+    """Follow a dotted ``path`` through mappings and lists; ``default`` if absent.
+
+    An empty path returns ``value`` itself. List segments must be non-negative
+    decimal indexes. Attributes are never read.
+
+    Examples:
+        >>> lookup({"a": {"b": [10, 20]}}, "a.b.1")
+        20
+        >>> lookup({"a": 1}, "a.b", default="?")
+        '?'
+    """
+    if path == "":
+        return value
+    current = value
+    for segment in path.split("."):
+        if isinstance(current, Mapping):
+            current = current.get(segment, _MISSING)
+        elif isinstance(current, Sequence) and not isinstance(current, str | bytes):
+            if not segment.isdigit() or int(segment) >= len(current):
+                return default
+            current = current[int(segment)]
+        else:
+            return default
+        if current is _MISSING:
+            return default
+    return current
+
+
+def _stringify(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is _MISSING:
+        return ""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return ""
+
+
+def _parse(template: str) -> list[tuple[bool, str]]:
+    """Split into ``(is_field, text)`` parts; literal runs are merged."""
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise TemplateError(f"template is longer than {MAX_TEMPLATE_CHARS} characters")
+    parts: list[tuple[bool, str]] = []
+    literal: list[str] = []
+    i, n = 0, len(template)
+    while i < n:
+        ch = template[i]
+        if ch in "{}" and template.startswith(ch * 2, i):
+            literal.append(ch)
+            i += 2
+        elif ch == "}":
+            raise TemplateError(f"single '}}' at position {i}: write '}}}}' for a literal brace")
+        elif ch == "{":
+            end = template.find("}", i + 1)
+            if end < 0:
+                raise TemplateError(f"unclosed '{{' at position {i}")
+            path = template[i + 1 : end]
+            if "{" in path:
+                raise TemplateError(f"'{{' inside a placeholder at position {i}")
+            if path == "" or "" in path.split("."):
+                raise TemplateError(f"empty placeholder or path segment at position {i}")
+            if literal:
+                parts.append((False, "".join(literal)))
+                literal = []
+            parts.append((True, path))
+            i = end + 1
+        else:
+            literal.append(ch)
+            i += 1
+    if literal:
+        parts.append((False, "".join(literal)))
+    return parts

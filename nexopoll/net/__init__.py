@@ -1,0 +1,37 @@
+"""Outbound network access for pollers and channels (requests-based, no Django).
+
+Use :func:`nexopoll.net.http.fetch` for every URL that comes from config or from
+a fetched document: it applies the SSRF guard, byte caps and a total deadline.
+"""
+
+from __future__ import annotations
+
+from .http import (
+    BlockedURLError,
+    DeadlineExceededError,
+    FetchError,
+    InvalidURLError,
+    PermanentHTTPError,
+    Response,
+    ResponseTooLargeError,
+    TooManyRedirectsError,
+    TransientHTTPError,
+    classify_status,
+    fetch,
+    parse_retry_after,
+)
+
+__all__ = [
+    "BlockedURLError",
+    "DeadlineExceededError",
+    "FetchError",
+    "InvalidURLError",
+    "PermanentHTTPError",
+    "Response",
+    "ResponseTooLargeError",
+    "TooManyRedirectsError",
+    "TransientHTTPError",
+    "classify_status",
+    "fetch",
+    "parse_retry_after",
+]

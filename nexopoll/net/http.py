@@ -1,0 +1,440 @@
+"""The one HTTP layer for URLs that come from config or from fetched documents.
+
+:func:`fetch` is the only entry point pollers and channels use. It adds, on top
+of a pooled ``requests.Session`` (``trust_env=False``, no cookies):
+
+* the connect-time SSRF guard of :mod:`nexopoll.net.transport` on every hop;
+* redirects followed by hand (at most ``max_redirects``), each target checked
+  again, only http(s), credentials dropped when the origin changes;
+* a byte cap on both the wire bytes and the decoded bytes (gzip bombs stop
+  after about ``max_bytes`` of output), and a total deadline over connect,
+  headers and body, checked before every socket read, as is the cancel token.
+
+Error classes (all :class:`~nexopoll.core.errors.PollerError`):
+
+=============================  ==========  ===================================
+class                          family      raised for
+=============================  ==========  ===================================
+FetchError                     transient   connect/read failures, corrupt body
+DeadlineExceededError          transient   the total deadline passed
+ResponseTooLargeError          transient   Content-Length, wire or decoded
+                                           bytes above ``max_bytes``
+BlockedURLError                permanent   a hop resolved to a forbidden address
+InvalidURLError                permanent   non-http(s) scheme (also in a
+                                           redirect), no host, bad header
+TooManyRedirectsError          permanent   more than ``max_redirects`` hops
+TransientHTTPError             transient   408, 429, 5xx (``classify_status``)
+PermanentHTTPError             permanent   401, 403, other 4xx, stray 3xx
+=============================  ==========  ===================================
+
+A too-large body is transient on purpose: one bloated response must not pause a
+job, while a source that is always too large trips the breaker and alerts.
+Messages carry a redacted URL (no userinfo, query or fragment) and never a
+header value.
+"""
+
+from __future__ import annotations
+
+import http
+import http.client
+import json as jsonlib
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import requests
+import urllib3.exceptions
+from requests.structures import CaseInsensitiveDict
+
+from nexopoll.core.contract import CancelToken
+from nexopoll.core.errors import PermanentError, TransientError
+from nexopoll.core.ssrf import BlockedAddress
+
+from .decode import BoundedDecoder
+from .transport import Resolver, current_budget, session_for
+
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+DEFAULT_DEADLINE_SECS = 20.0
+MAX_RETRY_AFTER = timedelta(hours=1)
+ALWAYS_SECRET = frozenset({"authorization", "proxy-authorization", "cookie"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 65536
+
+
+class FetchError(TransientError):
+    """The request failed on the network or the response was unreadable."""
+
+
+class DeadlineExceededError(FetchError):
+    """The total deadline over connect, headers and body passed."""
+
+
+class ResponseTooLargeError(FetchError):
+    """The body (declared, on the wire, or decoded) exceeds the byte cap."""
+
+
+class BlockedURLError(PermanentError):
+    """A URL (or a redirect target) resolves to an address the guard refuses."""
+
+    def __init__(self, url: str, blocked: BlockedAddress) -> None:
+        self.url = url
+        self.host = blocked.host
+        self.ip = blocked.ip
+        self.reason = blocked.reason
+        super().__init__(f"{url}: host resolves to {blocked.ip} ({blocked.reason}): refused")
+
+
+class InvalidURLError(PermanentError):
+    """The URL (or a redirect target) is not an http(s) URL we may request."""
+
+
+class TooManyRedirectsError(PermanentError):
+    """The chain of redirects is longer than ``max_redirects``."""
+
+
+class TransientHTTPError(TransientError):
+    """A status that may heal by itself: 408, 429 and 5xx."""
+
+    def __init__(self, status: int, retry_after: timedelta | None = None) -> None:
+        self.status = status
+        super().__init__(_status_text(status), retry_after=retry_after)
+
+
+class PermanentHTTPError(PermanentError):
+    """A status that needs an operator: 401, 403, other 4xx, an unfollowed 3xx."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        super().__init__(_status_text(status))
+
+
+@dataclass(frozen=True)
+class Response:
+    """A fully read response.
+
+    Attributes:
+        status: the final hop's status code.
+        headers: read-only, case-insensitive view of the final hop's headers.
+        body: the decoded body (``Content-Encoding`` removed), at most the cap.
+        url: the final URL, after redirects.
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    url: str
+
+
+class _Budget:
+    """Deadline plus cancel token for one fetch (implements ``transport.ReadBudget``)."""
+
+    def __init__(self, deadline_secs: float, cancel: CancelToken | None, label: str) -> None:
+        self.label = label
+        self.deadline_secs = deadline_secs
+        self._cancel = cancel
+        self._deadline = time.monotonic() + deadline_secs
+
+    def remaining(self) -> float:
+        left = self._deadline - time.monotonic()
+        token_left = self._cancel.remaining() if self._cancel is not None else None
+        return left if token_left is None else min(left, token_left)
+
+    def check(self) -> float:
+        if self._cancel is not None:
+            self._cancel.raise_if_cancelled()
+        left = self.remaining()
+        if left <= 0:
+            raise DeadlineExceededError(
+                f"{self.label}: deadline of {self.deadline_secs:g} s exceeded"
+            )
+        return left
+
+
+def fetch(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    secret_headers: Collection[str] = frozenset(),
+    body: bytes | None = None,
+    json: Any = None,
+    allow_private: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    deadline_secs: float = DEFAULT_DEADLINE_SECS,
+    connect_timeout: float = 5.0,
+    max_redirects: int = 3,
+    cancel: CancelToken | None = None,
+    resolver: Resolver | None = None,
+    allow_addresses: Collection[tuple[str, int]] = (),
+) -> Response:
+    """Request ``url`` through the SSRF guard and return the whole, capped response.
+
+    Args:
+        method: HTTP method; 303 (and 301/302 after a POST) switch to GET.
+        url: an http(s) URL.
+        headers: request headers. ``Accept-Encoding`` is owned by this layer.
+        secret_headers: names (any case) dropped when a redirect changes the
+            origin (scheme, host or port); Authorization, Proxy-Authorization
+            and Cookie are always dropped then. Once dropped, never re-added.
+        body: raw request body. ``json``: a value sent as compact JSON instead.
+        allow_private: the job's ``allow_private_networks``; metadata addresses
+            stay refused.
+        max_bytes: cap on the wire bytes and, separately, the decoded bytes.
+        deadline_secs: total time for all hops, headers and bodies.
+        connect_timeout: cap on each TCP connect (also bounded by the deadline).
+        max_redirects: redirects followed before TooManyRedirectsError; 0 means
+            "never follow": a 3xx is returned as is (its target is not contacted).
+        cancel: checked before every read; its own deadline also bounds the call.
+        resolver: ``getaddrinfo``-compatible resolver (tests); default the system's.
+        allow_addresses: exact ``(ip, port)`` pairs exempt from the guard (tests).
+
+    Returns:
+        The final response, any status: pass it to :func:`classify_status`.
+
+    Raises:
+        FetchError, DeadlineExceededError, ResponseTooLargeError: transient.
+        BlockedURLError, InvalidURLError, TooManyRedirectsError: permanent.
+        nexopoll.core.contract.Cancelled: ``cancel`` was set.
+    """
+    if body is not None and json is not None:
+        raise ValueError("pass body or json, not both")
+    method = method.upper()
+    data = body
+    send_headers: CaseInsensitiveDict[str] = CaseInsensitiveDict(headers or {})
+    send_headers["Accept-Encoding"] = "gzip, deflate"
+    if json is not None:
+        data = jsonlib.dumps(json, separators=(",", ":"), ensure_ascii=False).encode()
+        send_headers.setdefault("Content-Type", "application/json")
+    secret = {name.lower() for name in secret_headers} | ALWAYS_SECRET
+    target = _checked_url(url, what="URL")
+    budget = _Budget(deadline_secs, cancel, _redact(target))
+    session, is_private_session = session_for(
+        allow_private=allow_private, resolver=resolver, allow_addresses=allow_addresses
+    )
+    token = current_budget.set(budget)
+    try:
+        for hop in range(max_redirects + 1):
+            budget.label = _redact(target)
+            with _send(session, method, target, send_headers, data, budget, connect_timeout) as r:
+                location = r.headers.get("Location") if r.status_code in _REDIRECTS else None
+                if not location or max_redirects == 0:
+                    return _read(r, target, max_bytes, budget)
+            if hop == max_redirects:
+                raise TooManyRedirectsError(f"{budget.label}: more than {max_redirects} redirects")
+            following = _checked_url(urljoin(target, location), what="redirect target")
+            if _origin(following) != _origin(target):
+                for name in list(send_headers):
+                    if name.lower() in secret:
+                        del send_headers[name]
+            if (r.status_code == 303 and method != "HEAD") or (
+                r.status_code in (301, 302) and method == "POST"
+            ):
+                method, data = "GET", None
+                for name in ("Content-Type", "Content-Length", "Transfer-Encoding"):
+                    send_headers.pop(name, None)
+            target = following
+        raise AssertionError("unreachable")
+    finally:
+        current_budget.reset(token)
+        if is_private_session:
+            session.close()
+
+
+def _send(
+    session: requests.Session,
+    method: str,
+    url: str,
+    headers: CaseInsensitiveDict[str],
+    data: bytes | None,
+    budget: _Budget,
+    connect_timeout: float,
+) -> requests.Response:
+    left = budget.check()
+    try:
+        return session.request(
+            method,
+            url,
+            headers=headers,
+            data=data,
+            stream=True,
+            allow_redirects=False,
+            timeout=(min(connect_timeout, left), left),
+        )
+    except BlockedAddress as exc:
+        raise BlockedURLError(budget.label, exc) from exc
+    except requests.exceptions.InvalidHeader:
+        # requests' message quotes the header value, which may be a secret.
+        raise InvalidURLError(f"{budget.label}: invalid request header") from None
+    except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) as exc:
+        raise InvalidURLError(f"{budget.label}: invalid URL") from exc
+    except requests.exceptions.RequestException as exc:
+        raise _network_error(exc, budget) from exc
+
+
+def _read(resp: requests.Response, url: str, max_bytes: int, budget: _Budget) -> Response:
+    declared = resp.headers.get("Content-Length", "").strip()
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise ResponseTooLargeError(
+            f"{budget.label}: body too large (Content-Length {declared} > {max_bytes} bytes)"
+        )
+    try:
+        decoder = BoundedDecoder(resp.headers.get("Content-Encoding", ""), max_bytes)
+        out = bytearray()
+        wire = 0
+        while True:
+            budget.check()
+            chunk = resp.raw.read1(_CHUNK, decode_content=False)
+            if not chunk:
+                break
+            wire += len(chunk)
+            if wire > max_bytes:
+                raise ResponseTooLargeError(
+                    f"{budget.label}: body too large (more than {max_bytes} bytes on the wire)"
+                )
+            for piece in decoder.feed(chunk):
+                out += piece
+        for piece in decoder.flush():
+            out += piece
+    except BoundedDecoder.TooLarge:
+        raise ResponseTooLargeError(
+            f"{budget.label}: body too large (more than {max_bytes} bytes once decoded)"
+        ) from None
+    except BoundedDecoder.Invalid as exc:
+        raise FetchError(f"{budget.label}: {exc}") from exc
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+        raise _network_error(exc, budget) from exc
+    headers = MappingProxyType(CaseInsensitiveDict(resp.headers))
+    return Response(status=resp.status_code, headers=headers, body=bytes(out), url=url)
+
+
+def _network_error(exc: BaseException, budget: _Budget) -> FetchError:
+    if budget.remaining() <= 0:
+        return DeadlineExceededError(
+            f"{budget.label}: deadline of {budget.deadline_secs:g} s exceeded"
+        )
+    timeouts = (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
+    what = "timed out" if isinstance(exc, timeouts) else "request failed"
+    return FetchError(f"{budget.label}: {what} ({_root_reason(exc)})")
+
+
+def _root_reason(exc: BaseException) -> str:
+    """The innermost OS-level reason (no URL in it), else the exception's type."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        cur = todo.pop(0)
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.strerror:
+            return cur.strerror
+        todo += [cur.__cause__, cur.__context__, getattr(cur, "reason", None)]
+    return type(exc).__name__
+
+
+def _checked_url(url: str, *, what: str) -> str:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise InvalidURLError(f"{what} is not a valid URL") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise InvalidURLError(f"{what} scheme {scheme[:20]!r} refused: only http and https")
+    if not parts.hostname:
+        raise InvalidURLError(f"{what} has no host")
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise InvalidURLError(f"{what} contains whitespace or control characters")
+    return url
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
+
+
+def _redact(url: str) -> str:
+    """``scheme://host[:port]/path``: no userinfo, query or fragment (they may hold secrets)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme.lower()}://{host}{port}{parts.path or '/'}"
+
+
+def classify_status(
+    status: int, headers: Mapping[str, str], *, now: datetime | None = None
+) -> None:
+    """Return for 2xx and 304; otherwise raise the error class for ``status``.
+
+    =========================  =====================================================
+    status                     outcome
+    =========================  =====================================================
+    2xx, 304                   return
+    401, 403                   PermanentHTTPError (credentials rejected)
+    408, 429                   TransientHTTPError, ``retry_after`` from Retry-After
+    other 4xx                  PermanentHTTPError
+    503                        TransientHTTPError, ``retry_after`` from Retry-After
+    other 5xx                  TransientHTTPError
+    1xx, other 3xx             PermanentHTTPError (a redirect fetch did not follow)
+    =========================  =====================================================
+
+    Args:
+        status: the response status.
+        headers: response headers (any mapping; looked up case-insensitively).
+        now: aware "now" for HTTP-date Retry-After values (default: the clock).
+    """
+    if 200 <= status < 300 or status == 304:
+        return
+    if status in (408, 429) or status >= 500:
+        retry_after = None
+        if status in (408, 429, 503):
+            retry_after = parse_retry_after(_header(headers, "Retry-After"), now=now)
+        raise TransientHTTPError(status, retry_after)
+    raise PermanentHTTPError(status)
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> timedelta | None:
+    """Parse ``Retry-After`` (delay-seconds or HTTP-date), capped at one hour.
+
+    Examples:
+        ``"120"`` → 2 min; ``"86400"`` → 1 h (cap); a date 30 s after ``now`` →
+        30 s; a date in the past → 0; ``"soon"`` or None → None.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        delay = timedelta(seconds=int(value[:7]))
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        delay = max(timedelta(0), when - (now or datetime.now(UTC)))
+    return min(delay, MAX_RETRY_AFTER)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is not None:
+        return value
+    lowered = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lowered), None)
+
+
+def _status_text(status: int) -> str:
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "unknown status"
+    return f"HTTP {status} {phrase}"

@@ -1,0 +1,15 @@
+"""Built-in poller kinds, one module per kind (framework-free: no Django, Celery, redis).
+
+``BUILTINS`` lists the classes the runtime registers at start-up; each is
+instantiated without arguments.
+"""
+
+from __future__ import annotations
+
+from nexopoll.core.contract import Poller
+
+from .webhook_poll import WebhookPollPoller
+
+BUILTINS: list[type[Poller]] = [WebhookPollPoller]
+
+__all__ = ["BUILTINS", "WebhookPollPoller"]

@@ -1,0 +1,359 @@
+"""``webhook_poll``: poll a JSON endpoint and deliver every new item once.
+
+Config (``pollers.yaml`` → ``jobs[].config``)::
+
+    url: https://company.atlassian.net/rest/api/3/search   # http(s) only
+    method: GET                        # GET | POST
+    headers: {Authorization: "Bearer ${JIRA_TOKEN}", Accept: application/json}
+    body: {jql: "assignee = currentUser()"}   # JSON, POST only
+    items_path: issues                 # dotted path to the array; "" = the root
+    id_field: id                       # dotted path inside an item, for dedup
+    max_per_tick: 10                   # 1..1000
+    message_template: "[{key}] {fields.summary}"
+    deliver: {channel: telegram, to: "1194292426"}
+    allow_private_networks: false      # opt in to loopback / private targets
+    timeout_secs: 20                   # total deadline, <= 120
+    max_bytes: 5242880                 # body cap (wire and decoded), <= 50 MiB
+    seen_capacity: 1000                # ids remembered for dedup
+
+Behaviour chosen where the seeds are silent:
+
+- **First tick delivers** what the endpoint returns (up to ``max_per_tick``),
+  as the seed's module does; there is no silent baseline.
+- **Cursor** is ``{"v": 1, "seen": [...]}``: the ids of the last
+  ``seen_capacity`` delivered items, oldest dropped first. Items beyond
+  ``max_per_tick`` are not marked seen and go out on the next tick. Ids are
+  compared as strings (``1`` and ``"1"`` are the same item); ids longer than
+  200 characters are remembered by their SHA-256.
+- **Items without a usable id** (missing, null, empty, bool, object or array)
+  are skipped and reported through ``host.log("warning", ...)``.
+- **Secret headers**: the runtime expands ``${VAR}`` before ``tick``, so which
+  headers held secrets is no longer visible. Every configured header except a
+  short list of plainly non-secret ones (Accept, Accept-Language, Content-Type,
+  User-Agent, Cache-Control) is dropped when a redirect changes the origin.
+- **Status codes** follow :func:`nexopoll.net.http.classify_status`; a
+  ``Retry-After`` on a successful answer becomes ``next_interval_hint``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from nexopoll.core.contract import PollContext, Poller, TickAck
+from nexopoll.core.errors import ConfigError, PermanentError, TransientError
+from nexopoll.core.templates import TemplateError, check_template, lookup, render
+from nexopoll.net import http
+
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+MAX_MAX_BYTES = 50 * 1024 * 1024
+MAX_ID_CHARS = 200
+CURSOR_VERSION = 1
+NON_SECRET_HEADERS = frozenset(
+    {"accept", "accept-language", "content-type", "user-agent", "cache-control"}
+)
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+)
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_MISSING = object()
+
+FetchFn = Callable[..., http.Response]
+
+
+class DeliverTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    channel: str = Field(min_length=1, max_length=64)
+    to: str = Field(min_length=1, max_length=512)
+
+    @field_validator("to", mode="before")
+    @classmethod
+    def _int_recipient(cls, value: Any) -> Any:
+        # Telegram chat ids are often written unquoted in YAML.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class WebhookPollConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    url: str = Field(max_length=8192)
+    method: Literal["GET", "POST"] = "GET"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: JsonValue = None
+    items_path: str = ""
+    id_field: str = Field("id", min_length=1)
+    max_per_tick: int = Field(10, ge=1, le=1000)
+    message_template: str = "{id}"
+    deliver: DeliverTarget
+    allow_private_networks: bool = False
+    timeout_secs: float = Field(20.0, gt=0, le=120, allow_inf_nan=False)
+    max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1, le=MAX_MAX_BYTES)
+    seen_capacity: int = Field(1000, ge=1, le=100_000)
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _upper_method(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        # The message never repeats the URL: its query may hold an expanded secret.
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme.lower() not in ("http", "https"):
+            raise ValueError("must be an http:// or https:// URL")
+        if not rest or rest[0] in "/?#" or any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError("must be an http(s) URL with a host and no whitespace")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _valid_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _HEADER_NAME_RE.match(name):
+                raise ValueError(f"header name {name[:64]!r} is not a valid HTTP token")
+            if name.lower() in _RESERVED_HEADERS:
+                raise ValueError(f"header {name!r} is set by the HTTP layer and cannot be set")
+            if any(c in text for c in "\r\n\0"):
+                raise ValueError(f"header {name!r}: value contains a line break or NUL")
+        return value
+
+    @field_validator("message_template")
+    @classmethod
+    def _valid_template(cls, value: str) -> str:
+        try:
+            check_template(value)
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("items_path", "id_field")
+    @classmethod
+    def _dotted_path(cls, value: str) -> str:
+        if value and "" in value.split("."):
+            raise ValueError("dotted path has an empty segment")
+        return value
+
+    @field_validator("body")
+    @classmethod
+    def _body_needs_post(cls, value: JsonValue, info: ValidationInfo) -> JsonValue:
+        if value is not None and info.data.get("method") != "POST":
+            raise ValueError("body is only sent with method: POST")
+        return value
+
+    @property
+    def secret_headers(self) -> frozenset[str]:
+        return frozenset(n for n in self.headers if n.lower() not in NON_SECRET_HEADERS)
+
+
+class WebhookPollPoller(Poller):
+    """Poll a JSON endpoint; deliver each item whose id was not seen before.
+
+    Args:
+        fetch: the HTTP call, :func:`nexopoll.net.http.fetch` by default. Tests
+            pass ``functools.partial(fetch, resolver=..., allow_addresses=...)``
+            to reach loopback fixtures through the real SSRF guard.
+    """
+
+    kind = "webhook_poll"
+    description = "Poll a JSON API (GET/POST) and deliver new items, deduplicated by id."
+
+    def __init__(self, fetch: FetchFn | None = None) -> None:
+        self._fetch: FetchFn = fetch or http.fetch
+
+    def parse_config(self, raw: dict[str, Any]) -> WebhookPollConfig:
+        """Validate ``raw`` (``${VAR}`` already expanded) into a typed config.
+
+        Raises:
+            ConfigError: with ``path`` naming the first bad field (``config.url``).
+        """
+        try:
+            return WebhookPollConfig.model_validate(raw)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    def validate(self, config: dict[str, Any]) -> None:
+        self.parse_config(config)
+
+    def tick(self, ctx: PollContext) -> TickAck:
+        cfg = self.parse_config(ctx.config)
+        seen = decode_cursor(ctx.cursor)
+        ctx.cancel.raise_if_cancelled()
+        resp = self._fetch(
+            cfg.method,
+            cfg.url,
+            headers=cfg.headers,
+            secret_headers=cfg.secret_headers,
+            json=cfg.body if cfg.method == "POST" else None,
+            allow_private=cfg.allow_private_networks,
+            max_bytes=cfg.max_bytes,
+            deadline_secs=cfg.timeout_secs,
+            cancel=ctx.cancel,
+        )
+        http.classify_status(resp.status, resp.headers, now=ctx.now)
+        hint = http.parse_retry_after(resp.headers.get("Retry-After"), now=ctx.now)
+        if resp.status == 304:
+            return TickAck(next_interval_hint=hint)
+        items = parse_items(resp.body, cfg.items_path)
+
+        fresh, without_id = select_new(items, cfg.id_field, seen, cfg.max_per_tick)
+        for ident, item in fresh:
+            payload = {
+                "text": render(cfg.message_template, item),
+                "item_id": ident,
+                "job_id": ctx.job_id,
+            }
+            ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
+        if without_id:
+            ctx.host.log(
+                "warning", "webhook_poll.items_without_id", count=without_id, id_field=cfg.id_field
+            )
+        if len(items) > cfg.seen_capacity:
+            ctx.host.log(
+                "warning",
+                "webhook_poll.seen_capacity_too_small",
+                items=len(items),
+                seen_capacity=cfg.seen_capacity,
+            )
+        next_seen = remember(seen, [ident for ident, _ in fresh], cfg.seen_capacity)
+        return TickAck(
+            next_cursor=encode_cursor(next_seen) if next_seen != seen else None,
+            next_interval_hint=hint,
+            items_seen=len(items),
+            items_dispatched=len(fresh),
+        )
+
+
+def parse_items(body: bytes, items_path: str) -> list[Any]:
+    """Decode a JSON document and return the array at ``items_path``.
+
+    Raises:
+        TransientError: empty body or invalid JSON (a half-deployed or failing
+            upstream usually recovers).
+        PermanentError: the document has no array at ``items_path``.
+    """
+    if not body.strip():
+        raise TransientError("empty response body")
+    try:
+        doc = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise TransientError(f"response is not valid JSON ({type(exc).__name__})") from exc
+    items = lookup(doc, items_path, _MISSING)
+    if not isinstance(items, list):
+        where = f"items_path {items_path!r}" if items_path else "the document root"
+        found = "nothing" if items is _MISSING else f"a JSON {_json_kind(items)}"
+        raise PermanentError(f"{where} is not a JSON array (found {found})")
+    return items
+
+
+def item_id(item: Any, id_field: str) -> str | None:
+    """The item's id as a string, or None when it has no usable one."""
+    value = lookup(item, id_field, None) if isinstance(item, dict) else None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str) and value:
+        return value
+    return None
+
+
+def select_new(
+    items: list[Any], id_field: str, seen: list[str], limit: int
+) -> tuple[list[tuple[str, Any]], int]:
+    """Return up to ``limit`` unseen ``(id, item)`` in document order, and the id-less count."""
+    known = set(seen)
+    fresh: list[tuple[str, Any]] = []
+    without_id = 0
+    for item in items:
+        ident = item_id(item, id_field)
+        if ident is None:
+            without_id += 1
+            continue
+        key = _seen_key(ident)
+        if key in known or len(fresh) >= limit:
+            continue
+        known.add(key)
+        fresh.append((ident, item))
+    return fresh, without_id
+
+
+def remember(seen: list[str], new_ids: list[str], capacity: int) -> list[str]:
+    """Append ``new_ids`` to the ring and keep the newest ``capacity`` entries."""
+    ring = seen + [_seen_key(i) for i in new_ids]
+    return ring[-capacity:]
+
+
+def decode_cursor(raw: bytes | None) -> list[str]:
+    """The seen-id ring stored in ``raw``; ``[]`` for a first run.
+
+    Raises:
+        PermanentError: the cursor is corrupt or has an unknown version
+            (an operator reset re-baselines the job).
+    """
+    if raw is None:
+        return []
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise PermanentError("webhook_poll cursor is not valid JSON; reset the job") from None
+    version = doc.get("v") if isinstance(doc, dict) else None
+    if version != CURSOR_VERSION:
+        raise PermanentError(f"unsupported webhook_poll cursor version {version!r}; reset the job")
+    seen = doc.get("seen")
+    if not isinstance(seen, list) or not all(isinstance(s, str) for s in seen):
+        raise PermanentError("webhook_poll cursor has no valid 'seen' list; reset the job")
+    return seen
+
+
+def encode_cursor(seen: list[str]) -> bytes:
+    doc = {"v": CURSOR_VERSION, "seen": seen}
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _seen_key(ident: str) -> str:
+    if len(ident) <= MAX_ID_CHARS:
+        return ident
+    return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = ".".join(["config", *(str(p) for p in err["loc"])])
+        msg = err["msg"].removeprefix("Value error, ")
+        problems.append((path, msg))
+    path, reason = problems[0]
+    if len(problems) > 1:
+        reason += "; also " + "; ".join(f"{p}: {m}" for p, m in problems[1:])
+    return ConfigError(reason, path=path)

@@ -1,0 +1,87 @@
+"""webhook_poll through the whole tick: dedup across ticks, 401 pauses, 503 retries,
+a webhook delivery signed and carrying its delivery id."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import UTC, datetime
+
+from nexopoll.channels.webhook import sign
+from nexopoll.models import Delivery, PollState
+from nexopoll.runtime.delivery import deliver_rows
+from nexopoll.runtime.tick import tick_job
+from tests.support.httpserver import TestHTTPServer, json_reply, sequence
+from tests.support.sink import Sink
+
+NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+
+
+def poll_job(url: str, **config) -> dict:
+    return {
+        "id": "w", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
+        "config": {"url": url, "items_path": "items", "message_template": "{title}",
+                   "deliver": {"channel": "webhook", "to": "ops"},
+                   "allow_private_networks": True, **config},
+        "failure_to": {"channel": "log", "to": "oncall"},
+    }  # fmt: skip
+
+
+def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeypatch):
+    monkeypatch.setenv("ANA_HOOK_SECRET", "s3cret-canary")
+    items = [{"id": 1, "title": "one"}, {"id": 2, "title": "two"}]
+    with TestHTTPServer() as api, Sink() as sink:
+        api.route("GET", "/items", lambda req: json_reply({"items": items})(req))
+        cfg.write([poll_job(api.url("/items"))], agents={"ana": {"webhook": {
+            "url": sink.url, "secret": "${ANA_HOOK_SECRET}", "allow_private_networks": True}}})
+        cfg.reload()
+        assert tick_job("w", now=NOW).items_dispatched == 2
+        items.append({"id": 3, "title": "three"})
+        assert tick_job("w", now=NOW).items_dispatched == 1  # 1 and 2 were seen
+        assert tick_job("w", now=NOW).items_dispatched == 0
+        rows = list(Delivery.objects.filter(job_id="w", purpose="item"))
+        assert sorted(r.payload["text"] for r in rows) == ["one", "three", "two"]
+        deliver_rows([str(r.id) for r in rows], now=NOW)
+        assert {h["delivery_id"] for h in sink.hits} == {str(r.id) for r in rows}
+        for h in sink.hits:  # HMAC over "<timestamp>.<body>" with the binding's secret
+            assert h["signature"] == sign("s3cret-canary", h["timestamp"], h["raw"])
+            mac = hmac.new(b"s3cret-canary", h["timestamp"].encode() + b"." + h["raw"], hashlib.sha256)
+            assert h["signature"] == "sha256=" + mac.hexdigest()
+        # the secret never reaches the DB
+        assert "s3cret-canary" not in repr(list(Delivery.objects.values()))
+        assert "s3cret-canary" not in repr(list(PollState.objects.values()))
+
+
+def test_401_pauses_the_job_with_the_reason(cfg):
+    with TestHTTPServer() as api:
+        api.route("GET", "/items", lambda req: (401, {}, b"no"))
+        cfg.write([poll_job(api.url("/items"))])
+        cfg.reload()
+        report = tick_job("w", now=NOW)
+        s = PollState.objects.get(job_id="w")
+        assert report.status == "permanent" and s.paused and "401" in s.paused_reason
+        assert Delivery.objects.filter(purpose="alert").count() == 1
+
+
+def test_503_is_transient_and_retried_then_succeeds(cfg):
+    with TestHTTPServer() as api:
+        api.route("GET", "/items", sequence(503, json_reply({"items": [{"id": 9}]})))
+        cfg.write([poll_job(api.url("/items"))])
+        cfg.reload()
+        first = tick_job("w", now=NOW)
+        assert first.status == "transient" and first.retry_in is not None
+        assert PollState.objects.get(job_id="w").consecutive_errors == 1
+        second = tick_job("w", now=NOW)
+        assert second.status == "ok" and second.items_dispatched == 1
+        assert PollState.objects.get(job_id="w").consecutive_errors == 0
+
+
+def test_private_address_refused_without_opt_in(cfg):
+    with TestHTTPServer() as api:
+        api.route("GET", "/items", json_reply({"items": [{"id": 1}]}))
+        cfg.write([poll_job(api.url("/items"), allow_private_networks=False)])
+        cfg.reload()
+        report = tick_job("w", now=NOW)
+        assert report.status == "permanent" and api.hits() == 0
+        assert "127.0.0.1" in PollState.objects.get(job_id="w").paused_reason or \
+            "loopback" in PollState.objects.get(job_id="w").paused_reason
