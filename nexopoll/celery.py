@@ -15,7 +15,12 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
     {
         key.lower(): app.conf[f"CELERY_{key}"]
-        for key in ("REDBEAT_REDIS_URL", "REDBEAT_REDIS_OPTIONS", "REDBEAT_KEY_PREFIX", "REDBEAT_LOCK_TIMEOUT")
+        for key in (
+            "REDBEAT_REDIS_URL",
+            "REDBEAT_REDIS_OPTIONS",
+            "REDBEAT_KEY_PREFIX",
+            "REDBEAT_LOCK_TIMEOUT",
+        )
     }
 )
 app.autodiscover_tasks(["nexopoll"])

@@ -118,8 +118,14 @@ def reload_config(
         changed = res.add + res.replace
         transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now))
     res.applied = True
-    log.info("reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s",
-             len(res.add), len(res.replace), len(res.remove), len(res.keep), len(res.issues))
+    log.info(
+        "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s",
+        len(res.add),
+        len(res.replace),
+        len(res.remove),
+        len(res.keep),
+        len(res.issues),
+    )
     return res
 
 
@@ -142,7 +148,7 @@ def _upsert_job(spec: Any, rhash: str, glob: dict[str, Any], *, added: bool) -> 
             "source_line": spec.line, **glob,
         },
     )  # fmt: skip
-    state, created = PollState.objects.get_or_create(
+    _, created = PollState.objects.get_or_create(
         job_id=spec.id, defaults={"definition_hash": rhash, "paused": spec.paused_on_boot}
     )
     if not created:
@@ -162,8 +168,11 @@ def _sync_redbeat(upsert: list[str], remove: list[str], *, now: datetime) -> Non
     try:
         sync_jobs(get_redis(), upsert=upsert, remove=remove, now=now)
     except Exception as exc:
-        log.warning("reload.redbeat_sync_failed: %s; beat re-syncs within %ss",
-                    exc, settings.NEXOPOLL_RESYNC_SECS)
+        log.warning(
+            "reload.redbeat_sync_failed: %s; beat re-syncs within %ss",
+            exc,
+            settings.NEXOPOLL_RESYNC_SECS,
+        )
 
 
 # --- per-job verbs ---------------------------------------------------------------

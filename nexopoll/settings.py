@@ -155,8 +155,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "retry_on_timeout": True,
 }
 CELERY_REDBEAT_REDIS_URL = REDIS_URL
-CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 10, "socket_connect_timeout": 5,
-                                "health_check_interval": 10}
+CELERY_REDBEAT_REDIS_OPTIONS = {
+    "socket_timeout": 10,
+    "socket_connect_timeout": 5,
+    "health_check_interval": 10,
+}
 CELERY_REDBEAT_KEY_PREFIX = "nexopoll:redbeat:"
 CELERY_REDBEAT_LOCK_TIMEOUT = env_int("NEXOPOLL_BEAT_LOCK_TIMEOUT", 30)
 CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("NEXOPOLL_BEAT_MAX_LOOP", 1.0)

@@ -11,7 +11,6 @@ import pytest
 
 from tests import bootstrap
 
-
 REDIS_PORT = bootstrap.REDIS_PORT
 
 

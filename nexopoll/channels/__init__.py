@@ -29,7 +29,9 @@ class OutboundMessage:
 class Channel(Protocol):
     name: str
 
-    def send(self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float) -> None:
+    def send(
+        self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
+    ) -> None:
         """Send one message; raise TransientError to retry later, PermanentError to give up."""
 
 
@@ -43,12 +45,15 @@ def _load() -> dict[str, Channel]:
     found: dict[str, Channel] = {}
     sources: dict[str, str] = {}
     candidates: list[tuple[Any, str]] = [(LogChannel, "built-in"), (WebhookChannel, "built-in")]
-    candidates += [(ep.load(), f"entry point {ep.value}") for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    candidates += [
+        (ep.load(), f"entry point {ep.value}") for ep in entry_points(group=ENTRY_POINT_GROUP)
+    ]
     for obj, source in candidates:
         channel = obj() if isinstance(obj, type) else obj
         if channel.name in found:
             raise RuntimeError(
-                f"channel {channel.name!r} is registered twice: {sources[channel.name]} and {source}"
+                f"channel {channel.name!r} is registered twice: "
+                f"{sources[channel.name]} and {source}"
             )
         found[channel.name] = channel
         sources[channel.name] = source

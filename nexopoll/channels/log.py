@@ -14,7 +14,9 @@ log = logging.getLogger("nexopoll.delivery")
 class LogChannel:
     name = "log"
 
-    def send(self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float) -> None:
+    def send(
+        self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
+    ) -> None:
         log.info(
             "delivery.log job=%s to=%s id=%s payload=%s",
             message.job_id,

@@ -31,7 +31,9 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 class WebhookChannel:
     name = "webhook"
 
-    def send(self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float) -> None:
+    def send(
+        self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
+    ) -> None:
         url = binding.get("url")
         if not url:
             raise CredentialsMissingError(

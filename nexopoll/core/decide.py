@@ -104,9 +104,13 @@ def plan_failure(
     elif error_class is ErrorClass.CONFIG:
         pause_reason = f"config error: {message}"
     else:
-        retry_in = retry_countdown(health, now=now, next_slot_at=next_slot_at, policy=policy.breaker)
+        retry_in = retry_countdown(
+            health, now=now, next_slot_at=next_slot_at, policy=policy.breaker
+        )
         if retry_in is not None and retry_after is not None and retry_after > retry_in:
-            retry_in = retry_after if next_slot_at is None or now + retry_after < next_slot_at else None
+            retry_in = (
+                retry_after if next_slot_at is None or now + retry_after < next_slot_at else None
+            )
 
     crossing = pause_reason is not None or health.consecutive_errors >= policy.breaker.threshold
     cooled = (

@@ -27,7 +27,7 @@ from celery.schedules import BaseSchedule, schedstate
 from redbeat.decoder import RedBeatJSONDecoder, RedBeatJSONEncoder
 from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry, get_redis
 
-from nexopoll.core.schedule import next_slot, schedule_from_dict, schedule_to_dict
+from nexopoll.core.schedule import next_slot, schedule_from_dict
 
 from . import keys
 
@@ -169,7 +169,7 @@ class NexopollScheduler(RedBeatScheduler):
                 raise
             log.warning("beat.lock_reacquired: the beat lock vanished (Redis flushed?)")
 
-    def tick(self, min=min, **kwargs: Any) -> float:  # noqa: A002 (celery's signature)
+    def tick(self, min=min, **kwargs: Any) -> float:
         try:
             return self._tick()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

@@ -54,7 +54,7 @@ class JobDef:
         return nominal_interval(self.schedule, now=now)
 
     def lease_ttl_ms(self, now) -> int:  # type: ignore[no-untyped-def]
-        """``lease_ttl_factor`` × interval, never below ``NEXOPOLL_LEASE_MIN_SECS``."""
+        """``lease_ttl_factor`` times the interval, never below ``NEXOPOLL_LEASE_MIN_SECS``."""
         secs = self.interval(now).total_seconds() * self.lease_ttl_factor
         return int(max(secs, settings.NEXOPOLL_LEASE_MIN_SECS) * 1000)
 

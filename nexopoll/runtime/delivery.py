@@ -18,8 +18,7 @@ from django.db.models import F, Q
 from nexopoll.channels import OutboundMessage, get_channel
 from nexopoll.core.breaker import backoff_delay
 from nexopoll.core.config import expand_env
-from nexopoll.core.errors import PermanentError, classify
-from nexopoll.core.errors import ErrorClass
+from nexopoll.core.errors import ErrorClass, PermanentError, classify
 
 from ..models import Agent, Delivery, DeliveryStatus
 
@@ -37,7 +36,9 @@ def deliver_rows(ids: list[str], *, now: datetime) -> dict[str, str]:
 
 def deliver_one(delivery_id: str, *, now: datetime) -> str:
     claimed = (
-        Delivery.objects.filter(id=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        Delivery.objects.filter(
+            id=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now
+        )
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .update(claimed_until=now + timedelta(seconds=CLAIM_SECS), attempts=F("attempts") + 1)
     )
@@ -49,9 +50,14 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
         binding = _binding(row.agent, row.channel)
         channel.send(
             OutboundMessage(
-                delivery_id=str(row.id), job_id=row.job_id, agent=row.agent, channel=row.channel,
-                recipient=row.recipient, payload=row.payload, attempt=row.attempts,
-            ),  # fmt: skip
+                delivery_id=str(row.id),
+                job_id=row.job_id,
+                agent=row.agent,
+                channel=row.channel,
+                recipient=row.recipient,
+                payload=row.payload,
+                attempt=row.attempts,
+            ),
             binding,
             deadline_secs=SEND_DEADLINE_SECS,
         )
@@ -76,8 +82,14 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime) -> str:
         Delivery.objects.filter(id=row.id).update(
             status=DeliveryStatus.DEAD, claimed_until=None, last_error=message
         )
-        log.error("delivery.dead id=%s job=%s channel=%s attempts=%s error=%s",
-                  row.id, row.job_id, row.channel, row.attempts, message)
+        log.error(
+            "delivery.dead id=%s job=%s channel=%s attempts=%s error=%s",
+            row.id,
+            row.job_id,
+            row.channel,
+            row.attempts,
+            message,
+        )
         return "dead"
     delay = backoff_delay(
         row.attempts,
@@ -90,16 +102,26 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime) -> str:
     Delivery.objects.filter(id=row.id).update(
         next_attempt_at=now + delay, claimed_until=None, last_error=message
     )
-    log.warning("delivery.retry id=%s job=%s channel=%s attempt=%s in=%ss error=%s",
-                row.id, row.job_id, row.channel, row.attempts, delay.total_seconds(), message)
+    log.warning(
+        "delivery.retry id=%s job=%s channel=%s attempt=%s in=%ss error=%s",
+        row.id,
+        row.job_id,
+        row.channel,
+        row.attempts,
+        delay.total_seconds(),
+        message,
+    )
     return "retry"
 
 
 def due_rows(*, now: datetime, limit: int = 500) -> list[str]:
     """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period."""
     qs = (
-        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
-                                created_at__lte=now - SWEEP_GRACE)
+        Delivery.objects.filter(
+            status=DeliveryStatus.PENDING,
+            next_attempt_at__lte=now,
+            created_at__lte=now - SWEEP_GRACE,
+        )
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .order_by("next_attempt_at")
         .values_list("id", flat=True)[:limit]

@@ -34,7 +34,9 @@ class TickHost:
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
         get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
         if not isinstance(payload, dict):
-            raise ConfigError(f"delivery payload must be a JSON object, got {type(payload).__name__}")
+            raise ConfigError(
+                f"delivery payload must be a JSON object, got {type(payload).__name__}"
+            )
         self.deliveries.append(PendingDelivery(channel, str(recipient), payload))
 
     def publish(self, topic: str, payload: bytes) -> None:
@@ -49,8 +51,13 @@ class TickHost:
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         lvl = logging.getLevelName(level.upper())
-        log.log(lvl if isinstance(lvl, int) else logging.INFO, "poller.log job=%s %s %s",
-                self.job_id, message, fields or "")
+        log.log(
+            lvl if isinstance(lvl, int) else logging.INFO,
+            "poller.log job=%s %s %s",
+            self.job_id,
+            message,
+            fields or "",
+        )
 
     def metric_inc(self, name: str, **labels: str) -> None:
         log.debug("poller.metric job=%s %s %s", self.job_id, name, labels)

@@ -31,8 +31,11 @@ def entry_definition(job: JobDef, *, now: datetime) -> str:
         "kwargs": {"lease_ttl_ms": job.lease_ttl_ms(now)},
         # a tick still queued when its next slot is due is dropped: the next one covers it
         "options": {"expires": max(interval, 30.0)},
-        "schedule": {"__type__": "nexopoll", "schedule": _schedule_dict(job),
-                     "offset_ms": int(job.offset.total_seconds() * 1000)},
+        "schedule": {
+            "__type__": "nexopoll",
+            "schedule": _schedule_dict(job),
+            "offset_ms": int(job.offset.total_seconds() * 1000),
+        },
         "enabled": True,
     }
     return json.dumps(definition, sort_keys=True)
@@ -90,16 +93,23 @@ def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
     installed: dict[str, str] = client.hgetall(keys.hashes_key())
     prefix = keys.key_prefix() + keys.ENTRY_PREFIX
     scheduled = {
-        m[len(prefix):] for m in client.zrange(keys.schedule_key(), 0, -1) if m.startswith(prefix)
+        m[len(prefix) :] for m in client.zrange(keys.schedule_key(), 0, -1) if m.startswith(prefix)
     }
     stale = (set(installed) | scheduled) - set(jobs)
     changed = [j for i, j in jobs.items() if installed.get(i) != j.definition_hash]
-    missing = [j for i, j in jobs.items() if i not in scheduled and installed.get(i) == j.definition_hash]
+    missing = [
+        j for i, j in jobs.items() if i not in scheduled and installed.get(i) == j.definition_hash
+    ]
     write_entries(client, changed, now=now)
     write_entries(client, missing, now=now)
     delete_entries(client, stale)
     client.set(keys.synced_key(), now.isoformat())
-    return {"jobs": len(jobs), "written": len(changed), "restored": len(missing), "removed": len(stale)}
+    return {
+        "jobs": len(jobs),
+        "written": len(changed),
+        "restored": len(missing),
+        "removed": len(stale),
+    }
 
 
 def sync_jobs(client: Any, *, upsert: Iterable[str], remove: Iterable[str], now: datetime) -> None:

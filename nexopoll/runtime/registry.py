@@ -35,7 +35,8 @@ class Registry:
         kind = check_kind(getattr(poller, "kind", None))
         if kind in self._pollers:
             raise DuplicateKindError(
-                f"poller kind {kind!r} is registered twice: by {self._sources[kind]} and by {source}"
+                f"poller kind {kind!r} is registered twice: "
+                f"by {self._sources[kind]} and by {source}"
             )
         self._pollers[kind] = poller
         self._sources[kind] = source

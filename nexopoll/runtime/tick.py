@@ -34,10 +34,19 @@ from .registry import get_registry
 log = logging.getLogger("nexopoll.tick")
 
 STATE_FIELDS = (
-    "epoch", "definition_hash", "cursor", "paused", "consecutive_errors", "breaker_open_until",
-    "breaker_trips", "breaker_trial_at", "running_since", "crash_count", "last_failure_alert_at",
+    "epoch",
+    "definition_hash",
+    "cursor",
+    "paused",
+    "consecutive_errors",
+    "breaker_open_until",
+    "breaker_trips",
+    "breaker_trial_at",
+    "running_since",
+    "crash_count",
+    "last_failure_alert_at",
     "alert_active",
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -94,7 +103,7 @@ def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
     return TickReport(job_id, "skipped", reason=reason, epoch=epoch)
 
 
-def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> TickReport:  # noqa: C901
+def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> TickReport:
     row = PollState.objects.filter(job_id=job_id).values(*STATE_FIELDS).first()
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
@@ -145,7 +154,9 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
         exc = TransientError(f"the worker died during {crash_count} consecutive ticks")
     else:
         try:
-            ack = _call_poller(job, row["cursor"], now=now, host=host, lease_ms=held and held.ttl_ms)
+            ack = _call_poller(
+                job, row["cursor"], now=now, host=host, lease_ms=held and held.ttl_ms
+            )
         except Exception as e:  # classified below; any exception is a failed tick
             exc = e
     latency_ms = int((time.monotonic() - started) * 1000)
@@ -165,9 +176,14 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
         if cls is ErrorClass.TRANSIENT and not isinstance(exc, TransientError | ConfigError):
             log.warning("tick.unexpected_error job=%s\n%s", job_id, _tb(exc))
         decision = plan_failure(
-            start, cls, message, now=now, policy=policy, next_slot_at=nxt,
+            start,
+            cls,
+            message,
+            now=now,
+            policy=policy,
+            next_slot_at=nxt,
             retry_after=getattr(exc, "retry_after", None),
-        )  # fmt: skip
+        )
         report.status, report.error = decision.status, message
         crash_count = 0 if crash_count >= settings.NEXOPOLL_MAX_CRASHES else crash_count
     report.deliveries += _notices(job, decision, now)
@@ -190,9 +206,15 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
         _push_back_entry(job_id, decision.not_before)
     log.info(
         "tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
-        job_id, job.kind, report.status, epoch, report.items_seen, report.items_dispatched,
-        latency_ms, f" error={report.error}" if report.error else "",
-    )  # fmt: skip
+        job_id,
+        job.kind,
+        report.status,
+        epoch,
+        report.items_seen,
+        report.items_dispatched,
+        latency_ms,
+        f" error={report.error}" if report.error else "",
+    )
     return report
 
 
@@ -243,7 +265,9 @@ def _notices(job, decision: Decision, now: datetime) -> list[PendingDelivery]:
     return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
 
 
-def _state_fields(decision: Decision, report: TickReport, *, now, latency_ms, nxt, ack) -> dict[str, Any]:
+def _state_fields(
+    decision: Decision, report: TickReport, *, now, latency_ms, nxt, ack
+) -> dict[str, Any]:
     h = decision.health
     fields: dict[str, Any] = {
         "consecutive_errors": h.consecutive_errors,
@@ -284,10 +308,16 @@ def _commit(job, epoch: int, fields: dict[str, Any], deliveries, *, now: datetim
             raise Fenced(job.job_id)
         rows = [
             Delivery(
-                job_id=job.job_id, agent=job.agent, epoch=epoch, purpose=d.purpose,
-                channel=d.channel, recipient=d.recipient, payload=d.payload,
-                next_attempt_at=now, created_at=now,
-            )  # fmt: skip
+                job_id=job.job_id,
+                agent=job.agent,
+                epoch=epoch,
+                purpose=d.purpose,
+                channel=d.channel,
+                recipient=d.recipient,
+                payload=d.payload,
+                next_attempt_at=now,
+                created_at=now,
+            )
             for d in deliveries
         ]
         if rows:
@@ -305,8 +335,9 @@ def enqueue_deliveries(ids: list[str]) -> None:
     try:
         app.send_task("nexopoll.deliver", args=[ids])
     except Exception:
-        log.warning("delivery.enqueue_failed rows=%s: the sweeper will send them", len(ids),
-                    exc_info=True)
+        log.warning(
+            "delivery.enqueue_failed rows=%s: the sweeper will send them", len(ids), exc_info=True
+        )
 
 
 def _push_back_entry(job_id: str, not_before: datetime) -> None:
@@ -314,6 +345,8 @@ def _push_back_entry(job_id: str, not_before: datetime) -> None:
     from .keys import entry_key, schedule_key
 
     try:
-        get_redis().zadd(schedule_key(), {entry_key(job_id): not_before.timestamp()}, xx=True, gt=True)
+        get_redis().zadd(
+            schedule_key(), {entry_key(job_id): not_before.timestamp()}, xx=True, gt=True
+        )
     except Exception:
         log.warning("tick.hint_not_applied job=%s", job_id, exc_info=True)

@@ -19,7 +19,8 @@ def database_url() -> str:
     if s["ENGINE"].endswith("sqlite3"):
         return "sqlite:///" + str(Path(s["NAME"]).resolve())
     port = s.get("PORT") or 5432
-    return f"postgres://{s.get('USER') or 'postgres'}@{s.get('HOST') or '127.0.0.1'}:{port}/{s['NAME']}"
+    user, host = s.get("USER") or "postgres", s.get("HOST") or "127.0.0.1"
+    return f"postgres://{user}@{host}:{port}/{s['NAME']}"
 
 
 def job(job_id: str, every: float = 1, **extra) -> dict:

@@ -63,8 +63,10 @@ def test_reset_clears_cursor_and_errors(stack):
 
 def test_transient_errors_open_breaker_then_close_after_success(stack):
     stack.env_extra["NEXOPOLL_BREAKER_BASE_SECS"] = "2"
-    stack.write([job("f", failure_to={"channel": "webhook", "to": "oncall"})],
-                failure_alert_cooldown_secs=3600)
+    stack.write(
+        [job("f", failure_to={"channel": "webhook", "to": "oncall"})],
+        failure_alert_cooldown_secs=3600,
+    )
     stack.reload()
     stack.redis.set("test:mode:f", "transient")
     stack.worker()
@@ -144,8 +146,11 @@ def test_zombie_tick_cannot_commit_after_its_lease_was_taken_over(stack):
         stack.redis.delete("test:block:z")
         stack.publish("z", 3)
         b = stack.worker("b")
-        wait_for(lambda: state("z").cursor is not None and bytes(state("z").cursor) == b"3", 40,
-                 what="B commits")
+        wait_for(
+            lambda: state("z").cursor is not None and bytes(state("z").cursor) == b"3",
+            40,
+            what="B commits",
+        )
         epoch_b = state("z").epoch
         assert epoch_b > epoch_a
     finally:
@@ -183,3 +188,35 @@ def test_redis_flush_heals_schedules_without_restart_and_keeps_state(stack):
     assert sorted(stack.sink.item_ids("r1")) == [1, 2]  # cursor kept: item 1 not re-sent
     assert "schedule missing" in beat.text()
     assert beat.proc.poll() is None
+
+
+def test_sigterm_mid_tick_finishes_the_tick_and_loses_nothing(stack):
+    """RELIABILITY row 3: warm shutdown lets the running tick commit; exit code 0."""
+    stack.write([job("t")])
+    stack.reload()
+    stack.publish("t", 1, 2)
+    stack.redis.set("test:block:t", "1")
+    worker = stack.worker()
+    stack.beat()
+    wait_for(lambda: stack.redis.get("test:blocked:t"), 30, what="tick at the barrier")
+    worker.proc.send_signal(signal.SIGTERM)  # the main process only: a warm shutdown
+    stack.redis.delete("test:block:t")
+    assert worker.proc.wait(30) == 0
+    assert bytes(state("t").cursor) == b"2"
+    stack.worker("w2")
+    wait_for(lambda: len(stack.sink.item_ids("t")) >= 2, 30, what="deliveries")
+    assert_no_loss_dup_safe(stack.sink, "t", [1, 2])
+
+
+def test_cron_with_seconds_fires_on_its_slots(stack):
+    """A 6-field cron entry, stored through the RedBeat encoder, fires at its seconds."""
+    stack.write([job("c", schedule={"cron": "*/3 * * * * *", "tz": "Asia/Kolkata"})])
+    stack.reload()
+    stack.worker()
+    stack.beat()
+    wait_for(lambda: stack.redis.llen("test:now:c") >= 3, 40, what="three cron ticks")
+    stamps = [float(x) for x in stack.redis.lrange("test:now:c", 0, -1)]
+    slots = [int(s // 3) for s in stamps]
+    assert len(set(slots)) == len(slots)  # one tick per slot
+    # each tick starts shortly after a multiple of 3 s (generous bound: a loaded CI box)
+    assert all(s - slot * 3 < 2.5 for s, slot in zip(stamps, slots, strict=True))

@@ -16,8 +16,10 @@ class Config:
         self.path = path
 
     def write(self, jobs: list[dict], agents: dict | None = None, **globals_) -> None:
-        doc = {"pollers": {"default_jitter_ms": 0, **globals_, "jobs": jobs},
-               "agents": agents or {"ana": {"log": {}}}}
+        doc = {
+            "pollers": {"default_jitter_ms": 0, **globals_, "jobs": jobs},
+            "agents": agents or {"ana": {"log": {}}},
+        }
         self.path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def write_text(self, text: str) -> None:

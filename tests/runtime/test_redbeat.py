@@ -14,8 +14,14 @@ from .conftest import scripted
 
 
 def test_cron_with_seconds_and_tz_round_trips_through_redis(cfg, redis_client):
-    cfg.write([scripted("c", schedule={"cron": "15 30 2 * * *", "tz": "Europe/Paris",
-                                       "stagger_jitter_ms": 0})])
+    cfg.write(
+        [
+            scripted(
+                "c",
+                schedule={"cron": "15 30 2 * * *", "tz": "Europe/Paris", "stagger_jitter_ms": 0},
+            )
+        ]
+    )
     assert cfg.reload().issues == []
     entry = NexoEntry.from_key(keys.entry_key("c"), app=app)
     assert isinstance(entry.schedule, NexoSchedule)

@@ -27,7 +27,12 @@ def test_reload_plan_add_replace_remove_keep_and_redbeat_sync(cfg, redis_client)
     tick_job("keep", now=timezone.now())
     cfg.write([scripted("keep"), scripted("change", every=30), scripted("new")])
     plan = cfg.reload(dry_run=True)
-    assert (plan.add, plan.replace, plan.remove, plan.keep) == (["new"], ["change"], ["gone"], ["keep"])
+    assert (plan.add, plan.replace, plan.remove, plan.keep) == (
+        ["new"],
+        ["change"],
+        ["gone"],
+        ["keep"],
+    )
     assert not plan.applied and PollJob.objects.filter(job_id="gone").exists()
     res = cfg.reload()
     assert res.applied and (res.add, res.replace, res.remove, res.keep) == plan_tuple(plan)

@@ -32,8 +32,18 @@ def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeyp
     items = [{"id": 1, "title": "one"}, {"id": 2, "title": "two"}]
     with TestHTTPServer() as api, Sink() as sink:
         api.route("GET", "/items", lambda req: json_reply({"items": items})(req))
-        cfg.write([poll_job(api.url("/items"))], agents={"ana": {"webhook": {
-            "url": sink.url, "secret": "${ANA_HOOK_SECRET}", "allow_private_networks": True}}})
+        cfg.write(
+            [poll_job(api.url("/items"))],
+            agents={
+                "ana": {
+                    "webhook": {
+                        "url": sink.url,
+                        "secret": "${ANA_HOOK_SECRET}",
+                        "allow_private_networks": True,
+                    }
+                }
+            },
+        )
         cfg.reload()
         assert tick_job("w", now=NOW).items_dispatched == 2
         items.append({"id": 3, "title": "three"})
@@ -45,7 +55,9 @@ def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeyp
         assert {h["delivery_id"] for h in sink.hits} == {str(r.id) for r in rows}
         for h in sink.hits:  # HMAC over "<timestamp>.<body>" with the binding's secret
             assert h["signature"] == sign("s3cret-canary", h["timestamp"], h["raw"])
-            mac = hmac.new(b"s3cret-canary", h["timestamp"].encode() + b"." + h["raw"], hashlib.sha256)
+            mac = hmac.new(
+                b"s3cret-canary", h["timestamp"].encode() + b"." + h["raw"], hashlib.sha256
+            )
             assert h["signature"] == "sha256=" + mac.hexdigest()
         # the secret never reaches the DB
         assert "s3cret-canary" not in repr(list(Delivery.objects.values()))
@@ -83,5 +95,7 @@ def test_private_address_refused_without_opt_in(cfg):
         cfg.reload()
         report = tick_job("w", now=NOW)
         assert report.status == "permanent" and api.hits() == 0
-        assert "127.0.0.1" in PollState.objects.get(job_id="w").paused_reason or \
-            "loopback" in PollState.objects.get(job_id="w").paused_reason
+        assert (
+            "127.0.0.1" in PollState.objects.get(job_id="w").paused_reason
+            or "loopback" in PollState.objects.get(job_id="w").paused_reason
+        )

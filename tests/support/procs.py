@@ -22,7 +22,9 @@ import redis
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+def wait_for(
+    cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> Any:
     """Poll ``cond`` until it returns a truthy value; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -93,10 +95,18 @@ class CeleryProc:
             ]  # fmt: skip
             ready = "ready."
         else:
-            cmd = base + ["beat", "-l", "info", "-S", "nexopoll.runtime.beat:NexopollScheduler",
-                          "--pidfile=", "-s", str(self.log) + ".schedule"]
+            cmd = base + [
+                "beat",
+                "-l",
+                "info",
+                "-S",
+                "nexopoll.runtime.beat:NexopollScheduler",
+                "--pidfile=",
+                "-s",
+                str(self.log) + ".schedule",
+            ]
             ready = "beat.resync"
-        fh = open(self.log, "ab")  # noqa: SIM115  (closed with the process)
+        fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
         )

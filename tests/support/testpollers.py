@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from nexopoll.core.contract import Poller, PollContext, TickAck
+from nexopoll.core.contract import PollContext, Poller, TickAck
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 
 
@@ -36,6 +36,7 @@ class ScriptedPoller(Poller):
         r = _client()
         job = ctx.job_id
         r.incr(f"test:ticks:{job}")
+        r.rpush(f"test:now:{job}", ctx.now.timestamp())
         mode = r.get(f"test:mode:{job}") or "ok"
         if mode == "transient":
             raise TransientError("scripted transient failure")

@@ -56,7 +56,9 @@ class Command(BaseCommand):
         except ConfigFileError as exc:
             raise CommandError(f"pollers.yaml rejected, nothing applied:\n{exc}") from None
         except services.ReloadRefused as exc:
-            raise CommandError("\n".join(["reload refused (--strict):", *map(str, exc.issues)])) from None
+            raise CommandError(
+                "\n".join(["reload refused (--strict):", *map(str, exc.issues)])
+            ) from None
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
@@ -65,7 +67,9 @@ class Command(BaseCommand):
         jobs = services.list_jobs(now=timezone.now())
         if opts["json"]:
             return self._json(jobs)
-        rows = [("ID", "KIND", "AGENT", "STATUS", "PAUSED", "ERRORS", "BREAKER", "LAST RUN", "NEXT")]
+        rows = [
+            ("ID", "KIND", "AGENT", "STATUS", "PAUSED", "ERRORS", "BREAKER", "LAST RUN", "NEXT")
+        ]
         for j in jobs:
             rows.append((
                 j["id"], j["kind"], j["agent"], j.get("status", "-"),
@@ -75,7 +79,9 @@ class Command(BaseCommand):
             ))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
-            self.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+            self.stdout.write(
+                "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            )
         if len(rows) == 1:
             self.stdout.write("(no jobs: run `manage.py pollers reload`)")
 
@@ -94,7 +100,8 @@ class Command(BaseCommand):
             "items_dispatched": report.items_dispatched, "committed": report.committed,
             "dry_run": opts["dry_run"], "next_cursor": _cursor(report.next_cursor),
             "deliveries": [
-                {"channel": d.channel, "to": d.recipient, "payload": d.payload, "purpose": d.purpose}
+                {"channel": d.channel, "to": d.recipient, "payload": d.payload,
+                 "purpose": d.purpose}
                 for d in report.deliveries
             ],
             "delivery_ids": report.delivery_ids,
@@ -105,13 +112,18 @@ class Command(BaseCommand):
             head = "dry run (nothing committed)" if opts["dry_run"] else "tick"
             self.stdout.write(
                 f"{head}: {report.status}  seen={report.items_seen} "
-                f"dispatched={report.items_dispatched}" + (f"  error: {report.error}" if report.error else "")
+                f"dispatched={report.items_dispatched}"
+                + (f"  error: {report.error}" if report.error else "")
             )
             for d in data["deliveries"]:
-                self.stdout.write(f"  → {d['channel']}:{d['to']} {json.dumps(d['payload'], ensure_ascii=False)}")
+                self.stdout.write(
+                    f"  → {d['channel']}:{d['to']} {json.dumps(d['payload'], ensure_ascii=False)}"
+                )
             self.stdout.write(f"  next cursor: {data['next_cursor']}")
         if report.status not in ("ok", "skipped"):
-            raise CommandError(f"tick of {job_id} ended {report.status}: {report.error or report.reason}")
+            raise CommandError(
+                f"tick of {job_id} ended {report.status}: {report.error or report.reason}"
+            )
 
     def do_pause(self, job_id: str, **opts: Any) -> None:
         services.pause_job(job_id)
@@ -128,13 +140,17 @@ class Command(BaseCommand):
         self.stdout.write(f"reset {job_id}: cursor, errors and breaker cleared")
 
     def do_reload(self, **opts: Any) -> None:
-        res = services.reload_config(now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"])
+        res = services.reload_config(
+            now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"]
+        )
         if opts["json"]:
             return self._json(res.as_dict())
         self.stdout.write(f"{'plan' if opts['dry_run'] else 'applied'} ({res.source}):")
         for name in ("add", "replace", "remove", "keep", "kept_invalid"):
             ids = getattr(res, name)
-            self.stdout.write(f"  {name:13} {len(ids):5}  {', '.join(ids[:20])}{' …' if len(ids) > 20 else ''}")
+            self.stdout.write(
+                f"  {name:13} {len(ids):5}  {', '.join(ids[:20])}{' …' if len(ids) > 20 else ''}"
+            )
         for issue in res.issues:
             self.stderr.write(f"  rejected: {issue}")
 

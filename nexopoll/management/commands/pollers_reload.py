@@ -17,5 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        argv = ["reload"] + [f"--{k.replace('_', '-')}" for k in ("dry_run", "strict", "json") if opts[k]]
+        argv = ["reload"] + [
+            f"--{k.replace('_', '-')}" for k in ("dry_run", "strict", "json") if opts[k]
+        ]
         call_command("pollers", *argv, stdout=self.stdout, stderr=self.stderr)

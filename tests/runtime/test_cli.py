@@ -1,0 +1,68 @@
+"""The `pollers` management command and the `nexopoll` console script."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from nexopoll.models import PollState
+from nexopoll.runtime.registry import DuplicateKindError, Registry
+from tests.support.testpollers import ScriptedPoller
+
+from .conftest import scripted
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("pollers", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_list_show_and_dry_run_as_json(cfg, redis_client):
+    cfg.write([scripted("a"), scripted("b", paused_on_boot=True)])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 4, 5)
+    jobs = json.loads(run("list", "--json"))
+    assert [(j["id"], j["paused"]) for j in jobs] == [("a", False), ("b", True)]
+    dry = json.loads(run("run", "a", "--dry-run", "--json"))
+    assert dry["next_cursor"] == "5" and len(dry["deliveries"]) == 2 and not dry["committed"]
+    assert PollState.objects.get(job_id="a").cursor is None
+    real = json.loads(run("run", "a", "--json"))
+    assert real["committed"] and len(real["delivery_ids"]) == 2
+    shown = json.loads(run("show", "a", "--json"))
+    assert shown["cursor"] == "5" and shown["config"]["deliver"]["channel"] == "log"
+    assert "a " in run("list") and "KIND" in run("list")
+
+
+def test_pause_resume_reset_and_errors(cfg):
+    cfg.write([scripted("a")])
+    cfg.reload()
+    run("pause", "a")
+    assert PollState.objects.get(job_id="a").paused
+    run("resume", "a")
+    assert not PollState.objects.get(job_id="a").paused
+    with pytest.raises(CommandError, match="--yes"):
+        run("reset", "a")
+    with pytest.raises(CommandError, match="unknown job 'nope'"):
+        run("show", "nope")
+    with pytest.raises(CommandError, match="unknown job"):
+        run("run", "nope")
+
+
+def test_reload_dry_run_prints_the_plan_and_strict_fails(cfg, settings):
+    settings.NEXOPOLL_CONFIG = str(cfg.path)
+    cfg.write([scripted("a"), scripted("bad", kind="rsss")])
+    out = run("reload", "--dry-run")
+    assert "add" in out and "a" in out
+    with pytest.raises(CommandError, match="rsss"):
+        run("reload", "--strict")
+
+
+def test_duplicate_kinds_fail_loudly():
+    reg = Registry()
+    reg.register(ScriptedPoller(), "first")
+    with pytest.raises(DuplicateKindError, match="'scripted' is registered twice: by first"):
+        reg.register(ScriptedPoller(), "second")
