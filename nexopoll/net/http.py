@@ -181,7 +181,8 @@ def fetch(
         secret_headers: names (any case) dropped when a redirect changes the
             origin (scheme, host or port); Authorization, Proxy-Authorization
             and Cookie are always dropped then. Once dropped, never re-added.
-        body: raw request body. ``json``: a value sent as compact JSON instead.
+        body: raw request body. ``json``: a value sent as compact JSON instead
+            (with ``Content-Type: application/json`` unless given); None = no body.
         allow_private: the job's ``allow_private_networks``; metadata addresses
             stay refused.
         max_bytes: cap on the wire bytes and, separately, the decoded bytes.

@@ -9,6 +9,9 @@ private address, is still refused. Fake host names come from a
 from __future__ import annotations
 
 import gzip
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 import tracemalloc
@@ -18,12 +21,12 @@ from email.utils import format_datetime
 
 import pytest
 
-from nexopoll.core.contract import CancelToken, Cancelled
+from nexopoll.core.contract import Cancelled, CancelToken
 from nexopoll.core.errors import PermanentError, TransientError
 from nexopoll.core.ssrf import BlockedAddress
 from nexopoll.net import http
 from nexopoll.net.decode import BoundedDecoder
-from nexopoll.net.transport import shared_session
+from nexopoll.net.transport import Guard, new_session, shared_session
 from tests.support.fakes import ConnectLog, FakeResolver
 from tests.support.httpserver import (
     RawReply,
@@ -81,9 +84,57 @@ def test_allow_private_reaches_loopback_with_the_system_resolver(srv) -> None:
     assert http.fetch("GET", srv.url("/j"), allow_private=True).body == b"[1]"
 
 
+@pytest.mark.parametrize("status", [200, 204, 429, 503])
+def test_empty_keep_alive_body_returns_at_once(srv, status: int) -> None:
+    # Content-Length: 0 on a kept-alive connection: http.client then asks for 0
+    # bytes, which must not wait for the server to send (or close) anything.
+    srv.route("GET", "/empty", reply(status, b""))
+    started = time.monotonic()
+    for _ in range(3):
+        assert http.fetch("GET", srv.url("/empty"), deadline_secs=10, **via(srv)).body == b""
+    assert time.monotonic() - started < 2.0
+
+
 def test_guarded_and_private_modes_never_share_a_pool() -> None:
     assert shared_session(False) is not shared_session(True)
     assert shared_session(False) is shared_session(False)
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """An HTTPS server for ``api.example.test`` with a self-signed cert (needs openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=api.example.test"]
+        + ["-addext", "subjectAltName=DNS:api.example.test"],
+        check=True,
+        capture_output=True,
+    )
+    seen: dict[str, str] = {}
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.sni_callback = lambda sock, name, _: seen.__setitem__("sni", name)
+    with TestHTTPServer() as server:
+        server.route("GET", "/x", json_reply({"tls": True}))
+        server._server.socket = ctx.wrap_socket(server._server.socket, server_side=True)
+        yield server, cert, seen
+
+
+def test_tls_uses_the_host_name_for_sni_and_verification(tls_server) -> None:
+    server, cert, seen = tls_server
+    resolver = FakeResolver({"api.example.test": ["127.0.0.1"]})
+    url = f"https://api.example.test:{server.port}/x"
+    with pytest.raises(http.FetchError, match="CERTIFICATE_VERIFY_FAILED"):
+        http.fetch("GET", url, resolver=resolver, **via(server))  # system trust store
+    assert seen["sni"] == "api.example.test"
+    guard = Guard(resolver=resolver, allow_addresses=frozenset({server.address}))
+    with new_session(guard) as session:
+        session.verify = str(cert)  # trust the test CA: the name must match the cert
+        assert session.get(url, timeout=5).json() == {"tls": True}
+    assert server.requests[-1].header("Host") == f"api.example.test:{server.port}"
 
 
 # --- row 29: huge bodies ------------------------------------------------------------
@@ -100,6 +151,29 @@ def test_50_mb_body_is_rejected_at_the_cap(srv, content_length: bool) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 2 * http.DEFAULT_MAX_BYTES
+
+
+def chunked(parts: list[bytes], repeat: int = 1):
+    """A writer sending ``parts`` (``repeat`` times) with Transfer-Encoding: chunked."""
+
+    def writer(raw: RawReply) -> None:
+        if not raw.head(200, {"Transfer-Encoding": "chunked"}):
+            return
+        for _ in range(repeat):
+            for part in parts:
+                if not raw.write(b"%x\r\n%s\r\n" % (len(part), part)):
+                    return
+        raw.write(b"0\r\n\r\n")
+
+    return lambda req: writer
+
+
+def test_chunked_bodies_are_read_and_capped(srv) -> None:
+    srv.route("GET", "/small", chunked([b'{"a":', b" 1}"]))
+    srv.route("GET", "/huge", chunked([bytes(64 * 1024)], repeat=800))  # 50 MiB
+    assert http.fetch("GET", srv.url("/small"), **via(srv)).body == b'{"a": 1}'
+    with pytest.raises(http.ResponseTooLargeError):
+        http.fetch("GET", srv.url("/huge"), **via(srv))
 
 
 def test_body_just_under_the_cap_is_accepted(srv) -> None:

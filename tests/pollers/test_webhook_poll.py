@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from nexopoll.core.contract import CancelToken, Cancelled
+from nexopoll.core.contract import Cancelled, CancelToken
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.net import http
 from pollers import BUILTINS

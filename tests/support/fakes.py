@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import sys
 import threading
@@ -74,7 +75,7 @@ class FakeResolver:
     ``FakeResolver({"api.example.test": ["127.0.0.1"]})`` answers that list on
     every call; a value that is a list of lists is a sequence of answers (the last
     one repeats): ``{"rebind.test": [["127.0.0.1"], ["10.0.0.1"]]}``.
-    Unknown names raise ``socket.gaierror``.
+    IP literals resolve to themselves; other unknown names raise ``socket.gaierror``.
     """
 
     def __init__(self, table: dict[str, list[str] | list[list[str]]]) -> None:
@@ -89,6 +90,8 @@ class FakeResolver:
             answers = self._table.get(host)
             count = sum(1 for h in self.calls if h == host)
             self.calls.append(host)
+        if answers is None and _is_ip_literal(host):
+            answers = [host]  # like getaddrinfo: literals need no lookup
         if answers is None:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         if answers and isinstance(answers[0], list):
@@ -100,6 +103,14 @@ class FakeResolver:
             else:
                 out.append((socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, int(port))))
         return out
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class ConnectLog:

@@ -1,0 +1,103 @@
+"""Outbox delivery: retries keep the delivery id, backoff, dead-letter, no redirects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nexopoll.models import Delivery
+from nexopoll.runtime.delivery import deliver_rows, due_rows
+from nexopoll.runtime.tick import tick_job
+from tests.support.httpserver import TestHTTPServer, redirect, reply, sequence
+from tests.support.sink import Sink
+
+from .conftest import scripted
+
+NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+
+
+def setup_job(cfg, redis_client, url: str) -> list[str]:
+    agents = {"ana": {"webhook": {"url": url, "allow_private_networks": True}}}
+    cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
+              agents=agents)  # fmt: skip
+    cfg.reload()
+    redis_client.rpush("test:src:a", 1)
+    return tick_job("a", now=NOW).delivery_ids
+
+
+def test_failed_delivery_backs_off_then_retries_with_the_same_id(cfg, redis_client):
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", sequence(500, 500, 200))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        assert deliver_rows([row_id], now=NOW) == {row_id: "retry"}
+        first = Delivery.objects.get(id=row_id)
+        assert first.status == "pending" and first.next_attempt_at > NOW
+        # not due yet: a second worker (or the sweeper) does nothing
+        assert deliver_rows([row_id], now=NOW) == {row_id: "skipped"}
+        later = first.next_attempt_at
+        assert deliver_rows([row_id], now=later) == {row_id: "retry"}
+        second = Delivery.objects.get(id=row_id)
+        assert second.next_attempt_at - later > first.next_attempt_at - NOW  # doubling
+        assert deliver_rows([row_id], now=second.next_attempt_at) == {row_id: "sent"}
+        ids = {r.header("X-Nexopoll-Delivery-Id") for r in hook.requests}
+        assert ids == {row_id} and hook.hits("/hook") == 3
+        assert Delivery.objects.get(id=row_id).attempts == 3
+
+
+def test_429_retry_after_is_honoured(cfg, redis_client):
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", reply(429, b"", {"Retry-After": "120"}))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        deliver_rows([row_id], now=NOW)
+        row = Delivery.objects.get(id=row_id)
+        assert row.next_attempt_at >= NOW + timedelta(seconds=120)
+
+
+def test_dead_letter_after_max_attempts(cfg, redis_client, settings):
+    settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS = 2
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", reply(503))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        deliver_rows([row_id], now=NOW)
+        row = Delivery.objects.get(id=row_id)
+        assert deliver_rows([row_id], now=row.next_attempt_at) == {row_id: "dead"}
+        row = Delivery.objects.get(id=row_id)
+        assert row.status == "dead" and "503" in row.last_error
+        assert row_id not in due_rows(now=NOW + timedelta(days=1))
+
+
+def test_redirecting_receiver_is_not_followed(cfg, redis_client):
+    """RELIABILITY row 24: a webhook redirect to loopback is refused, the target gets 0 hits."""
+    with TestHTTPServer() as hook, TestHTTPServer() as target:
+        target.route("POST", "/steal", reply(200))
+        hook.route("POST", "/hook", redirect(target.url("/steal")))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        assert deliver_rows([row_id], now=NOW) == {row_id: "dead"}
+        assert "redirect refused" in Delivery.objects.get(id=row_id).last_error
+        assert target.hits() == 0
+
+
+def test_sweeper_picks_up_rows_left_pending(cfg, redis_client):
+    with Sink() as sink:
+        (row_id,) = setup_job(cfg, redis_client, sink.url)
+        assert due_rows(now=NOW) == []  # inside the grace period the normal path owns it
+        assert due_rows(now=NOW + timedelta(seconds=10)) == [row_id]
+        deliver_rows(due_rows(now=NOW + timedelta(seconds=10)), now=NOW + timedelta(seconds=10))
+        assert [h["delivery_id"] for h in sink.hits] == [row_id]
+        assert due_rows(now=NOW + timedelta(seconds=20)) == []
+
+
+def test_poison_tick_is_capped_after_repeated_worker_deaths(cfg, redis_client, settings):
+    """RELIABILITY row 2: a tick that kills its worker every time stops being retried."""
+    from nexopoll.models import PollState
+
+    settings.NEXOPOLL_MAX_CRASHES = 3
+    cfg.write([scripted("a", failure_to={"channel": "log", "to": "oncall"})], breaker_threshold=1)
+    cfg.reload()
+    # two earlier ticks started and never finished (their worker died)
+    PollState.objects.filter(job_id="a").update(running_since=NOW, crash_count=2)
+    report = tick_job("a", now=NOW)
+    assert report.status == "transient" and "worker died during 3" in report.error
+    assert redis_client.get("test:ticks:a") is None  # the poller was not run again
+    s = PollState.objects.get(job_id="a")
+    assert s.crash_count == 0 and s.running_since is None and s.breaker_open_until is not None
+    assert Delivery.objects.filter(purpose="alert").count() == 1
