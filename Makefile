@@ -1,6 +1,6 @@
 # nexopoll — `make run` starts the whole stack locally; `make test` runs the suite.
 SHELL := /bin/bash
-PYTHON ?= $(shell command -v python3.12 || command -v python3.11 || command -v python3)
+PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 REDIS_URL ?= redis://127.0.0.1:6379/0
@@ -49,9 +49,10 @@ run: venv redis migrate reload
 test: venv redis-bin
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# The DB suite (everything that touches the DB, workers included) on PostgreSQL.
+# The DB suite (runtime and integration tests: everything that touches the DB,
+# Celery workers included) on PostgreSQL.
 test-pg: venv redis-bin
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m "not sqlite_only"
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/runtime tests/integration
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -66,3 +66,14 @@ def test_duplicate_kinds_fail_loudly():
     reg.register(ScriptedPoller(), "first")
     with pytest.raises(DuplicateKindError, match="'scripted' is registered twice: by first"):
         reg.register(ScriptedPoller(), "second")
+
+
+def test_console_script_runs_the_same_commands(cfg, settings, capsys):
+    from nexopoll.cli import main
+
+    settings.NEXOPOLL_CONFIG = str(cfg.path)
+    cfg.write([scripted("a")])
+    main(["reload"])
+    main(["list", "--json"])
+    out = capsys.readouterr().out
+    assert '"id": "a"' in out and "add" in out
