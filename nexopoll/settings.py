@@ -66,7 +66,11 @@ def _database() -> dict:
     if url:
         db = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     else:
-        db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(DATA_DIR / "nexopoll.sqlite3")}
+        db = {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_DIR / "nexopoll.sqlite3"),
+            "CONN_MAX_AGE": None,  # keep the connection: reopening costs more than a tick
+        }
     if db["ENGINE"].endswith("sqlite3"):
         # IMMEDIATE takes the write lock at BEGIN, so a tick's commit never fails
         # half-way on a lock upgrade; WAL lets readers run beside the writer.

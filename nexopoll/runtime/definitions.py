@@ -6,6 +6,7 @@ one row and only goes to ``poll_job`` when a reload changed the definition.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from nexopoll.core.breaker import BreakerPolicy
+from nexopoll.core.config import expand_env
 from nexopoll.core.schedule import (
     AtSchedule,
     Schedule,
@@ -45,6 +47,14 @@ class JobDef:
     @cached_property
     def offset(self) -> timedelta:
         return stagger_offset(self.job_id, timedelta(milliseconds=self.jitter_ms), self.schedule)
+
+    def expanded_config(self, env: Any) -> dict[str, Any]:
+        """The config with ``${VAR}`` expanded (once per process and definition)."""
+        cached = self.__dict__.get("_expanded")
+        if cached is None:
+            cached = expand_env(self.config, env, path="config")
+            object.__setattr__(self, "_expanded", cached)
+        return copy.deepcopy(cached)
 
     @property
     def one_shot(self) -> bool:

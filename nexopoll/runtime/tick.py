@@ -16,37 +16,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from nexopoll.core.breaker import Health, may_tick, start_tick
-from nexopoll.core.config import expand_env
 from nexopoll.core.contract import CancelToken, PollContext, TickAck
 from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, plan_success
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
 from nexopoll.core.schedule import next_slot
 
-from ..models import Delivery, PollState
-from . import definitions, lease
+from ..models import Delivery
+from . import definitions, lease, store
 from .host import PendingDelivery, TickHost
 from .redis import get_redis
 from .registry import get_registry
+from .store import Fenced
 
 log = logging.getLogger("nexopoll.tick")
-
-STATE_FIELDS = (
-    "epoch",
-    "definition_hash",
-    "cursor",
-    "paused",
-    "consecutive_errors",
-    "breaker_open_until",
-    "breaker_trips",
-    "breaker_trial_at",
-    "running_since",
-    "crash_count",
-    "last_failure_alert_at",
-    "alert_active",
-)
 
 
 @dataclass
@@ -63,10 +47,6 @@ class TickReport:
     retry_in: timedelta | None = None
     error: str = ""
     committed: bool = False
-
-
-class Fenced(Exception):
-    """The state row's epoch moved on: a newer tick owns the job; this one must not commit."""
 
 
 def tick_job(
@@ -104,7 +84,7 @@ def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
 
 
 def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> TickReport:
-    row = PollState.objects.filter(job_id=job_id).values(*STATE_FIELDS).first()
+    row = store.load_state(job_id)
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
         return _skipped(job_id, "unknown job")
@@ -135,12 +115,15 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
     crash_count = row["crash_count"] + 1 if crashed else 0
     epoch = row["epoch"] + 1
     if not dry_run:
-        taken = PollState.objects.filter(job_id=job_id, epoch=row["epoch"]).update(
-            epoch=epoch,
-            running_since=now,
-            last_started_at=now,
-            crash_count=crash_count,
-            breaker_trial_at=start_tick(health, now=now).trial_started_at,
+        taken = store.take_epoch(
+            job_id,
+            row["epoch"],
+            {
+                "running_since": now,
+                "last_started_at": now,
+                "crash_count": crash_count,
+                "breaker_trial_at": start_tick(health, now=now).trial_started_at,
+            },
         )
         if not taken:
             return _skipped(job_id, "another tick took the epoch")
@@ -197,11 +180,13 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
         log.warning("lease.lost job=%s epoch=%s: not committing", job_id, epoch)
         return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=epoch)
     try:
-        report.delivery_ids = _commit(job, epoch, fields, report.deliveries, now=now)
+        _commit(job, epoch, fields, report, now=now)
     except Fenced:
         log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, epoch)
         return TickReport(job_id, "fenced", reason="epoch moved on", epoch=epoch)
     report.committed = True
+    if report.delivery_ids:
+        enqueue_deliveries(report.delivery_ids)
     if decision.not_before is not None:
         _push_back_entry(job_id, decision.not_before)
     log.info(
@@ -220,7 +205,7 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
 
 def _call_poller(job, cursor, *, now: datetime, host: TickHost, lease_ms: int | None) -> TickAck:
     poller = get_registry().get(job.kind)
-    config = expand_env(job.config, os.environ, path="config")
+    config = job.expanded_config(os.environ)
     timeout = settings.NEXOPOLL_TICK_TIMEOUT_SECS
     if lease_ms:
         timeout = min(timeout, lease_ms / 1000 * 0.8)
@@ -283,8 +268,6 @@ def _state_fields(
         "alert_active": decision.alert_active,
         "last_failure_alert_at": decision.last_failure_alert_at,
         "updated_at": now,
-        "_seen": report.items_seen,
-        "_dispatched": report.items_dispatched,
     }
     if decision.pause_reason:
         fields["paused"] = True
@@ -294,38 +277,28 @@ def _state_fields(
     return fields
 
 
-def _commit(job, epoch: int, fields: dict[str, Any], deliveries, *, now: datetime) -> list[str]:
-    from django.db.models import F
-
-    with transaction.atomic():
-        updated = PollState.objects.filter(job_id=job.job_id, epoch=epoch).update(
-            ticks_total=F("ticks_total") + 1,
-            items_seen_total=F("items_seen_total") + fields.pop("_seen", 0),
-            items_dispatched_total=F("items_dispatched_total") + fields.pop("_dispatched", 0),
-            **fields,
+def _commit(job, epoch: int, fields: dict[str, Any], report: TickReport, *, now: datetime) -> None:
+    rows = [
+        Delivery(
+            job_id=job.job_id,
+            agent=job.agent,
+            epoch=epoch,
+            purpose=d.purpose,
+            channel=d.channel,
+            recipient=d.recipient,
+            payload=d.payload,
+            next_attempt_at=now,
+            created_at=now,
         )
-        if not updated:
-            raise Fenced(job.job_id)
-        rows = [
-            Delivery(
-                job_id=job.job_id,
-                agent=job.agent,
-                epoch=epoch,
-                purpose=d.purpose,
-                channel=d.channel,
-                recipient=d.recipient,
-                payload=d.payload,
-                next_attempt_at=now,
-                created_at=now,
-            )
-            for d in deliveries
-        ]
-        if rows:
-            Delivery.objects.bulk_create(rows)
-            ids = [str(r.id) for r in rows]
-            transaction.on_commit(lambda: enqueue_deliveries(ids))
-            return ids
-    return []
+        for d in report.deliveries
+    ]
+    increments = {
+        "ticks_total": 1,
+        "items_seen_total": report.items_seen,
+        "items_dispatched_total": report.items_dispatched,
+    }
+    store.commit_tick(job.job_id, epoch, fields, increments, rows)
+    report.delivery_ids = [str(r.id) for r in rows]
 
 
 def enqueue_deliveries(ids: list[str]) -> None:

@@ -78,15 +78,16 @@ def test_a_tick_whose_epoch_moved_on_is_fenced(cfg, redis_client):
     cfg.write([scripted("a")])
     cfg.reload()
     redis_client.rpush("test:src:a", 1, 2)
-    redis_client.set("test:block:a", "1")
+    redis_client.set("test:block_once:a", "1")
+    redis_client.set("test:hold:a", "1")
     result = {}
     t = threading.Thread(target=lambda: result.update(r=tick_job("a", now=timezone.now())))
     t.start()
     wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="tick at the barrier")
     redis_client.delete(lease.lease_key("a"))  # failover / eviction
-    redis_client.delete("test:block:a")
     redis_client.rpush("test:src:a", 3)
-    second = tick_job("a", now=timezone.now())  # takes the lease and epoch 2
+    second = tick_job("a", now=timezone.now())  # takes the lease and epoch 2, commits
+    redis_client.delete("test:hold:a")  # now the first tick tries to commit
     t.join(10)
     first = result["r"]
     assert second.status == "ok" and second.epoch == 2

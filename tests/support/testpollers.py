@@ -4,7 +4,9 @@ Source items are the ints in the list ``test:src:<job>`` (monotonic ids); the
 cursor is the last id delivered. ``test:mode:<job>`` makes the tick fail
 (``transient`` / ``permanent``); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
-``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use.
+``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
+``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
+is deleted.
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ class ScriptedPoller(Poller):
         target = ctx.config["deliver"]
         for i in new:
             ctx.host.deliver(target["channel"], target["to"], {"text": f"item {i}", "item_id": i})
-        if r.exists(f"test:block:{job}"):
+        barrier = f"test:block:{job}"
+        if r.delete(f"test:block_once:{job}"):  # only this tick waits, on test:hold:<job>
+            barrier = f"test:hold:{job}"
+        if r.exists(barrier):
             r.set(f"test:blocked:{job}", os.getpid())
-            while r.exists(f"test:block:{job}") and not ctx.cancel.cancelled:
+            while r.exists(barrier) and not ctx.cancel.cancelled:
                 time.sleep(0.02)
         r.rpush(f"test:done:{job}", os.getpid())
         return TickAck(

@@ -1,0 +1,100 @@
+"""The tick's three statements against ``poll_state``, in plain SQL.
+
+The tick is the hot path (hundreds per second per worker), and compiling ORM
+queries cost more CPU than running them, so the three statements a tick issues
+are written out here; every other access goes through the ORM. They are plain
+SQL that SQLite and PostgreSQL both accept.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
+
+from ..models import Delivery
+
+STATE_COLUMNS = (
+    "epoch", "definition_hash", "cursor", "paused", "consecutive_errors", "breaker_open_until",
+    "breaker_trips", "breaker_trial_at", "running_since", "crash_count", "last_failure_alert_at",
+    "alert_active",
+)  # fmt: skip
+_DATETIMES = {"breaker_open_until", "breaker_trial_at", "running_since", "last_failure_alert_at"}
+_SELECT = f"SELECT {', '.join(STATE_COLUMNS)} FROM poll_state WHERE job_id = %s"
+# Counters that a commit adds to instead of setting.
+INCREMENTS = ("ticks_total", "items_seen_total", "items_dispatched_total")
+
+
+class Fenced(Exception):
+    """The state row's epoch moved on: a newer tick owns the job; this one must not commit."""
+
+
+def _dt_in(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        dt = value
+    else:
+        dt = parse_datetime(str(value))
+    if dt is not None and dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return connection.ops.adapt_datetimefield_value(value)
+    return value
+
+
+def load_state(job_id: str) -> dict[str, Any] | None:
+    """The state row a tick starts from, or None for a job without state."""
+    with connection.cursor() as cur:
+        cur.execute(_SELECT, [job_id])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    state = dict(zip(STATE_COLUMNS, row, strict=True))
+    for name in _DATETIMES:
+        state[name] = _dt_in(state[name])
+    state["paused"] = bool(state["paused"])
+    state["alert_active"] = bool(state["alert_active"])
+    if state["cursor"] is not None:
+        state["cursor"] = bytes(state["cursor"])
+    return state
+
+
+def take_epoch(job_id: str, seen_epoch: int, fields: dict[str, Any]) -> bool:
+    """``epoch = seen_epoch + 1`` (plus ``fields``) if nobody moved it since we read it."""
+    return _update(job_id, seen_epoch, {"epoch": seen_epoch + 1, **fields}, {}) == 1
+
+
+def commit_tick(
+    job_id: str,
+    epoch: int,
+    fields: dict[str, Any],
+    increments: dict[str, int],
+    deliveries: list[Delivery],
+) -> None:
+    """Store the tick's state and its outbox rows together, only while ``epoch`` is current.
+
+    Raises:
+        Fenced: another tick took a newer epoch; nothing was written.
+    """
+    if not deliveries:  # one statement is atomic on its own
+        if _update(job_id, epoch, fields, increments) != 1:
+            raise Fenced(job_id)
+        return
+    with transaction.atomic():
+        if _update(job_id, epoch, fields, increments) != 1:
+            raise Fenced(job_id)
+        Delivery.objects.bulk_create(deliveries)
+
+
+def _update(job_id: str, epoch: int, fields: dict[str, Any], increments: dict[str, int]) -> int:
+    sets = [f"{name} = %s" for name in fields] + [f"{name} = {name} + %s" for name in increments]
+    params = [_param(v) for v in fields.values()] + list(increments.values()) + [job_id, epoch]
+    sql = f"UPDATE poll_state SET {', '.join(sets)} WHERE job_id = %s AND epoch = %s"
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.rowcount
