@@ -15,8 +15,10 @@ def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
     countdown the job's stored health allows (never past the next slot, never into
     an open breaker)."""
     report = tick_job(job_id, now=timezone.now(), lease_ttl_ms=lease_ttl_ms)
-    if report.retry_in is not None and report.committed:
-        raise self.retry(countdown=report.retry_in.total_seconds())
+    if report.retry_at is not None and report.committed:
+        # the retry time was checked against the next slot from the tick's start,
+        # so it is an absolute eta, not a countdown from now
+        raise self.retry(eta=max(report.retry_at, timezone.now()))
     return report.status
 
 

@@ -108,9 +108,12 @@ def plan_failure(
             health, now=now, next_slot_at=next_slot_at, policy=policy.breaker
         )
         if retry_in is not None and retry_after is not None and retry_after > retry_in:
-            retry_in = (
-                retry_after if next_slot_at is None or now + retry_after < next_slot_at else None
-            )
+            # Honour the server's Retry-After, but never hold a Celery retry longer than
+            # the breaker cap (the broker's visibility timeout is sized for that): a
+            # longer wait is served by ``not_before`` pushing the job's next slot back.
+            fits = retry_after <= policy.breaker.cap
+            before_slot = next_slot_at is None or now + retry_after < next_slot_at
+            retry_in = retry_after if fits and before_slot else None
 
     crossing = pause_reason is not None or health.consecutive_errors >= policy.breaker.threshold
     cooled = (

@@ -10,7 +10,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -18,6 +18,7 @@ from django.conf import settings
 
 from nexopoll.core.breaker import BreakerPolicy
 from nexopoll.core.config import expand_env
+from nexopoll.core.redact import secret_values
 from nexopoll.core.schedule import (
     AtSchedule,
     Schedule,
@@ -60,21 +61,31 @@ class JobDef:
     def one_shot(self) -> bool:
         return isinstance(self.schedule, AtSchedule)
 
-    def interval(self, now) -> timedelta:  # type: ignore[no-untyped-def]
+    def interval(self, now: datetime) -> timedelta:
         return nominal_interval(self.schedule, now=now)
 
-    def lease_ttl_ms(self, now) -> int:  # type: ignore[no-untyped-def]
+    def lease_ttl_ms(self, now: datetime) -> int:
         """``lease_ttl_factor`` times the interval, never below ``NEXOPOLL_LEASE_MIN_SECS``."""
         secs = self.interval(now).total_seconds() * self.lease_ttl_factor
         return int(max(secs, settings.NEXOPOLL_LEASE_MIN_SECS) * 1000)
 
-    def breaker_policy(self) -> BreakerPolicy:
+    def breaker_policy(self, now: datetime) -> BreakerPolicy:
+        # a half-open trial counts as running for as long as a tick may run (its lease)
+        trial = max(60.0, self.lease_ttl_ms(now) / 1000)
         return BreakerPolicy(
             threshold=self.breaker_threshold,
             base=timedelta(seconds=settings.NEXOPOLL_BREAKER_BASE_SECS),
             cap=timedelta(seconds=settings.NEXOPOLL_BREAKER_CAP_SECS),
-            trial_timeout=timedelta(seconds=max(60.0, settings.NEXOPOLL_LEASE_MIN_SECS)),
+            trial_timeout=timedelta(seconds=trial),
         )
+
+    def secret_values(self, env: Any) -> frozenset[str]:
+        """Values of the ``${VAR}``s in the job's config and agent bindings (to redact)."""
+        cached = self.__dict__.get("_secrets")
+        if cached is None:
+            cached = secret_values([self.config, self.agent_bindings], env)
+            object.__setattr__(self, "_secrets", cached)
+        return cached
 
 
 def runtime_hash(spec_hash: str, globals_: dict[str, Any], bindings: dict[str, Any]) -> str:

@@ -69,6 +69,11 @@ def take_epoch(job_id: str, seen_epoch: int, fields: dict[str, Any]) -> bool:
     return _update(job_id, seen_epoch, {"epoch": seen_epoch + 1, **fields}, {}) == 1
 
 
+def clear_running(job_id: str, epoch: int) -> None:
+    """Mark the tick holding ``epoch`` as no longer running (it ended without a commit)."""
+    _update(job_id, epoch, {"running_since": None}, {})
+
+
 def commit_tick(
     job_id: str,
     epoch: int,
@@ -78,9 +83,13 @@ def commit_tick(
 ) -> None:
     """Store the tick's state and its outbox rows together, only while ``epoch`` is current.
 
+    The commit also moves the epoch on, so a tick that read the row before this
+    commit can neither take the epoch nor commit after it.
+
     Raises:
         Fenced: another tick took a newer epoch; nothing was written.
     """
+    fields = {**fields, "epoch": epoch + 1}
     if not deliveries:  # one statement is atomic on its own
         if _update(job_id, epoch, fields, increments) != 1:
             raise Fenced(job_id)

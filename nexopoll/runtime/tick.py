@@ -1,8 +1,13 @@
 """One tick, end to end (DESIGN.md "A tick, end to end").
 
-lease → read state → decide whether to run → take the fencing epoch → poller.tick
-under a deadline → decide (pure) → one transaction: state + outbox rows WHERE
-epoch = mine → enqueue deliveries → release the lease.
+lease → read state → decide whether to run → take the fencing epoch (compare and
+swap on the epoch read) → poller.tick under a deadline → decide (pure) → one
+transaction: state + outbox rows WHERE epoch = mine, which also moves the epoch on
+→ enqueue deliveries → release the lease.
+
+Every write to the state row moves the epoch, so a tick that read the row before
+another tick committed can neither take the epoch nor commit: it never polls from
+a stale cursor, and a zombie whose lease was taken over commits nothing.
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from nexopoll.core.breaker import Health, may_tick, start_tick
 from nexopoll.core.contract import CancelToken, PollContext, TickAck
 from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, plan_success
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
+from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 
 from ..models import Delivery
 from . import definitions, lease, store
+from .definitions import JobDef
 from .host import PendingDelivery, TickHost
 from .redis import get_redis
 from .registry import get_registry
@@ -44,9 +52,23 @@ class TickReport:
     deliveries: list[PendingDelivery] = field(default_factory=list)
     delivery_ids: list[str] = field(default_factory=list)
     next_cursor: bytes | None = None
-    retry_in: timedelta | None = None
+    retry_at: datetime | None = None  # when Celery should retry a transient failure
     error: str = ""
     committed: bool = False
+
+
+@dataclass
+class _Tick:
+    """What one running tick knows: the job, the state it started from, its epoch."""
+
+    job: JobDef
+    row: dict[str, Any]
+    start: StartState
+    policy: JobPolicy
+    epoch: int
+    crash_count: int
+    now: datetime
+    held: lease.Lease | None
 
 
 def tick_job(
@@ -89,7 +111,7 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
     if row is None or job is None or not row["definition_hash"]:
         return _skipped(job_id, "unknown job")
     policy = JobPolicy(
-        breaker=job.breaker_policy(),
+        breaker=job.breaker_policy(now),
         alert_cooldown=timedelta(seconds=job.alert_cooldown_secs),
         has_failure_to=bool(job.failure_to),
         max_hint=timedelta(seconds=settings.NEXOPOLL_MAX_INTERVAL_HINT_SECS),
@@ -100,121 +122,119 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
         trips=row["breaker_trips"],
         trial_started_at=row["breaker_trial_at"],
     )
-    if not manual:
-        if row["paused"]:
-            return _skipped(job_id, "paused")
-        if not may_tick(health, now=now, policy=policy.breaker):
-            return _skipped(job_id, "breaker open")
-    start = StartState(
-        health=health,
-        alert_active=row["alert_active"],
-        last_failure_alert_at=row["last_failure_alert_at"],
-    )
-    # A tick that started and never finished while nobody held the lease died with its worker.
+    if not manual and row["paused"]:
+        return _skipped(job_id, "paused")
+    if not manual and not may_tick(health, now=now, policy=policy.breaker):
+        return _skipped(job_id, "breaker open")
+    start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
+    # A scheduled tick that started and never finished while nobody held the lease
+    # died with its worker (every other way out clears running_since).
     crashed = row["running_since"] is not None and not manual
-    crash_count = row["crash_count"] + 1 if crashed else 0
-    epoch = row["epoch"] + 1
-    if not dry_run:
-        taken = store.take_epoch(
-            job_id,
-            row["epoch"],
-            {
-                "running_since": now,
-                "last_started_at": now,
-                "crash_count": crash_count,
-                "breaker_trial_at": start_tick(health, now=now).trial_started_at,
-            },
-        )
-        if not taken:
-            return _skipped(job_id, "another tick took the epoch")
+    t = _Tick(job, row, start, policy, row["epoch"] + 1,
+              row["crash_count"] + 1 if crashed else 0, now, held)  # fmt: skip
+    if dry_run:
+        return _execute(t)[0]
+    started = {"last_started_at": now, "crash_count": t.crash_count,
+               "running_since": None if manual else now,
+               "breaker_trial_at": start_tick(health, now=now).trial_started_at}  # fmt: skip
+    if not store.take_epoch(job_id, row["epoch"], started):
+        return _skipped(job_id, "another tick took the epoch")
+    report = TickReport(job_id, "fenced", epoch=t.epoch)
+    try:
+        report = _finish(t, *_execute(t))
+    finally:
+        if not report.committed and not manual:
+            _clear_running(job_id, t.epoch)
+    return report
 
+
+def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
+    """Call the poller (unless the crash cap says not to) and decide what its result means."""
+    job, now = t.job, t.now
+    host = TickHost(job.job_id, job.agent, job.agent_bindings, os.environ)
     nxt = next_slot(job.schedule, after=now, offset=job.offset)
-    host = TickHost(job_id, job.agent, job.agent_bindings, os.environ)
     started = time.monotonic()
     ack: TickAck | None = None
     exc: BaseException | None = None
-    if crash_count >= settings.NEXOPOLL_MAX_CRASHES:
-        exc = TransientError(f"the worker died during {crash_count} consecutive ticks")
+    if t.crash_count >= settings.NEXOPOLL_MAX_CRASHES:
+        exc = TransientError(f"the worker died during {t.crash_count} consecutive ticks")
     else:
         try:
-            ack = _call_poller(
-                job, row["cursor"], now=now, host=host, lease_ms=held and held.ttl_ms
-            )
+            ack = _call_poller(job, t.row["cursor"], now=now, host=host, held=t.held)
         except Exception as e:  # classified below; any exception is a failed tick
             exc = e
     latency_ms = int((time.monotonic() - started) * 1000)
-
-    report = TickReport(job_id, "ok", epoch=epoch)
+    report = TickReport(job.job_id, "ok", epoch=t.epoch)
     if exc is None:
         assert ack is not None
-        decision = plan_success(
-            start, now=now, policy=policy, hint=ack.next_interval_hint, one_shot=job.one_shot
-        )
+        decision = plan_success(t.start, now=now, policy=t.policy,
+                                hint=ack.next_interval_hint, one_shot=job.one_shot)  # fmt: skip
         report.items_seen, report.items_dispatched = ack.items_seen, ack.items_dispatched
         report.next_cursor = ack.next_cursor
         report.deliveries = list(host.deliveries)
     else:
-        cls = classify(exc)
-        message = _describe(exc)
-        if cls is ErrorClass.TRANSIENT and not isinstance(exc, TransientError | ConfigError):
-            log.warning("tick.unexpected_error job=%s\n%s", job_id, _tb(exc))
-        decision = plan_failure(
-            start,
-            cls,
-            message,
-            now=now,
-            policy=policy,
-            next_slot_at=nxt,
-            retry_after=getattr(exc, "retry_after", None),
-        )
+        secrets = job.secret_values(os.environ)
+        message = redact(_describe(exc), secrets)
+        if (
+            not isinstance(exc, TransientError | ConfigError)
+            and classify(exc) is ErrorClass.TRANSIENT
+        ):
+            log.warning("tick.unexpected_error job=%s\n%s", job.job_id, redact(_tb(exc), secrets))
+        retry_after = getattr(exc, "retry_after", None)
+        decision = plan_failure(t.start, classify(exc), message, now=now, policy=t.policy,
+                                next_slot_at=nxt, retry_after=retry_after)  # fmt: skip
         report.status, report.error = decision.status, message
-        crash_count = 0 if crash_count >= settings.NEXOPOLL_MAX_CRASHES else crash_count
     report.deliveries += _notices(job, decision, now)
-    report.retry_in = decision.retry_in
-    if dry_run:
-        return report
+    if decision.retry_in is not None:
+        report.retry_at = now + decision.retry_in
+    return report, decision, ack, latency_ms
 
-    fields = _state_fields(decision, report, now=now, latency_ms=latency_ms, nxt=nxt, ack=ack)
-    fields["crash_count"] = 0 if exc is None else crash_count
+
+def _finish(
+    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
+) -> TickReport:
+    """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
+    job_id = t.job.job_id
+    nxt = next_slot(t.job.schedule, after=t.now, offset=t.job.offset)
+    fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=nxt, ack=ack)
+    capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
+    fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
+    held = t.held
     if held is not None and latency_ms > held.ttl_ms / 2 and not lease.extend(get_redis(), held):
-        log.warning("lease.lost job=%s epoch=%s: not committing", job_id, epoch)
-        return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=epoch)
+        log.warning("lease.lost job=%s epoch=%s: not committing", job_id, t.epoch)
+        return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
     try:
-        _commit(job, epoch, fields, report, now=now)
+        _commit(t, fields, report)
     except Fenced:
-        log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, epoch)
-        return TickReport(job_id, "fenced", reason="epoch moved on", epoch=epoch)
+        log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, t.epoch)
+        return TickReport(job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
     report.committed = True
     if report.delivery_ids:
-        enqueue_deliveries(report.delivery_ids)
+        ids = report.delivery_ids
+        transaction.on_commit(lambda: enqueue_deliveries(ids))
     if decision.not_before is not None:
-        _push_back_entry(job_id, decision.not_before)
-    log.info(
-        "tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
-        job_id,
-        job.kind,
-        report.status,
-        epoch,
-        report.items_seen,
-        report.items_dispatched,
-        latency_ms,
-        f" error={report.error}" if report.error else "",
-    )
+        _move_entry(job_id, decision.not_before, later_only=True)
+    if t.job.one_shot and report.status == "transient" and report.retry_at is None:
+        # a one-shot job has no next slot: re-arm its entry for when the breaker allows a trial
+        _move_entry(job_id, decision.health.open_until or t.now + t.policy.breaker.cap)
+    log.info("tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
+             job_id, t.job.kind, report.status, t.epoch, report.items_seen,
+             report.items_dispatched, latency_ms,
+             f" error={report.error}" if report.error else "")  # fmt: skip
     return report
 
 
-def _call_poller(job, cursor, *, now: datetime, host: TickHost, lease_ms: int | None) -> TickAck:
+def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) -> TickAck:
     poller = get_registry().get(job.kind)
-    config = job.expanded_config(os.environ)
     timeout = settings.NEXOPOLL_TICK_TIMEOUT_SECS
-    if lease_ms:
-        timeout = min(timeout, lease_ms / 1000 * 0.8)
+    if held is not None:
+        timeout = min(timeout, held.ttl_ms / 1000 * 0.8)
     ctx = PollContext(
         job_id=job.job_id,
         agent_id=job.agent,
         kind=job.kind,
-        config=config,
-        cursor=bytes(cursor) if cursor is not None else None,
+        config=job.expanded_config(os.environ),
+        cursor=cursor,
         now=now,
         interval_hint=job.interval(now),
         cancel=CancelToken(deadline=time.monotonic() + timeout),
@@ -235,7 +255,7 @@ def _tb(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-4000:]
 
 
-def _notices(job, decision: Decision, now: datetime) -> list[PendingDelivery]:
+def _notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDelivery]:
     if not job.failure_to or not (decision.send_alert or decision.send_recovery):
         return []
     if decision.send_alert:
@@ -250,9 +270,7 @@ def _notices(job, decision: Decision, now: datetime) -> list[PendingDelivery]:
     return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
 
 
-def _state_fields(
-    decision: Decision, report: TickReport, *, now, latency_ms, nxt, ack
-) -> dict[str, Any]:
+def _state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, Any]:
     h = decision.health
     fields: dict[str, Any] = {
         "consecutive_errors": h.consecutive_errors,
@@ -277,18 +295,18 @@ def _state_fields(
     return fields
 
 
-def _commit(job, epoch: int, fields: dict[str, Any], report: TickReport, *, now: datetime) -> None:
+def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
     rows = [
         Delivery(
-            job_id=job.job_id,
-            agent=job.agent,
-            epoch=epoch,
+            job_id=t.job.job_id,
+            agent=t.job.agent,
+            epoch=t.epoch,
             purpose=d.purpose,
             channel=d.channel,
             recipient=d.recipient,
             payload=d.payload,
-            next_attempt_at=now,
-            created_at=now,
+            next_attempt_at=t.now,
+            created_at=t.now,
         )
         for d in report.deliveries
     ]
@@ -297,8 +315,16 @@ def _commit(job, epoch: int, fields: dict[str, Any], report: TickReport, *, now:
         "items_seen_total": report.items_seen,
         "items_dispatched_total": report.items_dispatched,
     }
-    store.commit_tick(job.job_id, epoch, fields, increments, rows)
+    store.commit_tick(t.job.job_id, t.epoch, fields, increments, rows)
     report.delivery_ids = [str(r.id) for r in rows]
+
+
+def _clear_running(job_id: str, epoch: int) -> None:
+    """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
+    try:
+        store.clear_running(job_id, epoch)
+    except Exception:
+        log.warning("tick.clear_running_failed job=%s", job_id, exc_info=True)
 
 
 def enqueue_deliveries(ids: list[str]) -> None:
@@ -313,13 +339,13 @@ def enqueue_deliveries(ids: list[str]) -> None:
         )
 
 
-def _push_back_entry(job_id: str, not_before: datetime) -> None:
-    """Honour next_interval_hint: move the job's RedBeat slot to at least ``not_before``."""
+def _move_entry(job_id: str, at: datetime, *, later_only: bool = False) -> None:
+    """Move the job's RedBeat slot to ``at`` (``later_only``: only if that is later)."""
     from .keys import entry_key, schedule_key
 
     try:
         get_redis().zadd(
-            schedule_key(), {entry_key(job_id): not_before.timestamp()}, xx=True, gt=True
+            schedule_key(), {entry_key(job_id): at.timestamp()}, xx=True, gt=later_only
         )
     except Exception:
-        log.warning("tick.hint_not_applied job=%s", job_id, exc_info=True)
+        log.warning("tick.entry_not_moved job=%s", job_id, exc_info=True)

@@ -28,7 +28,8 @@ def test_tick_commits_cursor_counters_and_outbox_together(cfg, redis_client):
     report = tick_job("a", now=timezone.now())
     assert report.status == "ok" and report.committed
     s = st("a")
-    assert bytes(s.cursor) == b"3" and s.epoch == 1 and s.ticks_total == 1
+    # the tick took epoch 1 and its commit moved the row on to 2
+    assert bytes(s.cursor) == b"3" and s.epoch == 2 and s.ticks_total == 1
     assert s.items_seen_total == 3 and s.items_dispatched_total == 3
     rows = Delivery.objects.filter(job_id="a").order_by("created_at")
     assert sorted(r.payload["item_id"] for r in rows) == [1, 2, 3]
@@ -93,7 +94,7 @@ def test_a_tick_whose_epoch_moved_on_is_fenced(cfg, redis_client):
     assert second.status == "ok" and second.epoch == 2
     assert first.status == "fenced" and first.epoch == 1
     s = st("a")
-    assert bytes(s.cursor) == b"3" and s.epoch == 2
+    assert bytes(s.cursor) == b"3" and s.epoch == 3  # 2 taken by the second tick, 3 its commit
     assert not Delivery.objects.filter(epoch=1).exists()
     assert sorted(d.payload["item_id"] for d in Delivery.objects.all()) == [1, 2, 3]
 
@@ -106,9 +107,9 @@ def test_transient_errors_count_and_open_breaker_at_threshold(cfg, redis_client)
     r1 = tick_job("a", now=now)
     assert r1.status == "transient" and st("a").consecutive_errors == 1
     assert st("a").breaker_open_until is None
-    assert r1.retry_in == timedelta(seconds=30)  # the backoff lands before the next slot
+    assert r1.retry_at == now + timedelta(seconds=30)  # the backoff lands before the next slot
     late = now + timedelta(seconds=40)  # now the next slot is sooner than any backoff
-    assert tick_job("a", now=late).retry_in is None
+    assert tick_job("a", now=late).retry_at is None
     s = st("a")
     assert s.breaker_open_until == late + timedelta(seconds=30)
     assert Delivery.objects.filter(purpose="alert").count() == 1
@@ -138,6 +139,31 @@ def test_one_shot_job_pauses_after_it_fires(cfg, redis_client):
     assert s.paused and s.paused_reason == "one-shot schedule fired"
 
 
+def test_a_tick_that_read_the_row_before_another_commit_cannot_take_the_epoch(cfg, redis_client):
+    """A stale read (e.g. a manual run racing a scheduled tick) never polls from an old cursor."""
+    from nexopoll.runtime import store
+
+    cfg.write([scripted("a")])
+    cfg.reload()
+    stale = store.load_state("a")
+    redis_client.rpush("test:src:a", 1)
+    tick_job("a", now=timezone.now())  # commits cursor 1 and moves the epoch on
+    assert not store.take_epoch("a", stale["epoch"], {"last_started_at": timezone.now()})
+    assert bytes(st("a").cursor) == b"1"
+
+
+def test_a_tick_that_fails_to_commit_is_not_counted_as_a_crash(cfg, redis_client):
+    cfg.write([scripted("a")])
+    cfg.reload()
+    held = lease.try_acquire(redis_client, "a", 3000)
+    # a manual run does not mark the job running, so a scheduled tick after it sees no crash
+    assert services.run_job("a", now=timezone.now()).status == "ok"
+    assert st("a").running_since is None
+    lease.release(redis_client, held)
+    assert tick_job("a", now=timezone.now()).status == "ok"
+    assert st("a").crash_count == 0
+
+
 def test_reset_clears_cursor_errors_and_bumps_epoch(cfg, redis_client):
     cfg.write([scripted("a")])
     cfg.reload()
@@ -146,6 +172,7 @@ def test_reset_clears_cursor_errors_and_bumps_epoch(cfg, redis_client):
     redis_client.set("test:mode:a", "transient")
     tick_job("a", now=timezone.now())
     assert st("a").consecutive_errors == 1
+    before = st("a").epoch
     services.reset_job("a")
     s = st("a")
-    assert s.cursor is None and s.consecutive_errors == 0 and s.epoch == 3
+    assert s.cursor is None and s.consecutive_errors == 0 and s.epoch == before + 1

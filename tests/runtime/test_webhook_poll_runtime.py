@@ -81,7 +81,7 @@ def test_503_is_transient_and_retried_then_succeeds(cfg):
         cfg.write([poll_job(api.url("/items"))])
         cfg.reload()
         first = tick_job("w", now=NOW)
-        assert first.status == "transient" and first.retry_in is not None
+        assert first.status == "transient" and first.retry_at is not None
         assert PollState.objects.get(job_id="w").consecutive_errors == 1
         second = tick_job("w", now=NOW)
         assert second.status == "ok" and second.items_dispatched == 1
