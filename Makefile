@@ -19,16 +19,16 @@ venv: $(VENV)/.installed
 
 # redis-server must exist (tests start their own on random ports).
 redis-bin:
-	@command -v redis-server >/dev/null || { echo "installing redis-server"; \
-	  (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null; }
+	@command -v redis-server >/dev/null || { echo "installing redis-server (apt-get)"; \
+	  apt-get update -qq && apt-get install -y -qq redis-server; }
 
 # Use the Redis at REDIS_URL, or start one with its data under data/.
-redis: redis-bin
+redis: venv redis-bin
 	@mkdir -p data
 	@if $(PY) -c "import redis,os; redis.Redis.from_url(os.environ['REDIS_URL']).ping()" 2>/dev/null; then \
 	  echo "redis: using $(REDIS_URL)"; \
 	else \
-	  port=$$(echo "$(REDIS_URL)" | sed -E 's#.*:([0-9]+)(/.*)?$$#\1#'); \
+	  port=$$($(PY) -c "import os,urllib.parse as u; print(u.urlsplit(os.environ['REDIS_URL']).port or 6379)"); \
 	  echo "redis: starting redis-server on port $$port (data in data/)"; \
 	  redis-server --daemonize yes --bind 127.0.0.1 --port $$port --dir $(CURDIR)/data \
 	    --appendonly yes --appendfsync everysec --logfile $(CURDIR)/data/redis.log \

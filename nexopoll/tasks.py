@@ -24,7 +24,10 @@ def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
 
 @shared_task(name="nexopoll.deliver", ignore_result=True)
 def deliver(ids: list[str]) -> dict[str, str]:
-    outcomes = delivery.deliver_rows(ids, now=timezone.now())
+    outcomes = delivery.deliver_rows(ids, clock=timezone.now)
+    deferred = [i for i, outcome in outcomes.items() if outcome == "deferred"]
+    if deferred:
+        deliver.apply_async(args=[deferred])
     retry = [i for i, outcome in outcomes.items() if outcome == "retry"]
     wait = delivery.soonest_retry(retry, now=timezone.now())
     if wait is not None and wait <= 60:
@@ -35,7 +38,9 @@ def deliver(ids: list[str]) -> dict[str, str]:
 
 @shared_task(name="nexopoll.sweep_outbox", ignore_result=True)
 def sweep_outbox() -> int:
-    ids = delivery.due_rows(now=timezone.now())
+    now = timezone.now()
+    delivery.dead_letter_exhausted(now=now)
+    ids = delivery.due_rows(now=now)
     for start in range(0, len(ids), 50):
         enqueue_deliveries(ids[start : start + 50])
     return len(ids)

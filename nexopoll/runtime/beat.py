@@ -25,7 +25,12 @@ from typing import Any
 import redis
 from celery.schedules import BaseSchedule, schedstate
 from redbeat.decoder import RedBeatJSONDecoder, RedBeatJSONEncoder
-from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry, get_redis
+from redbeat.schedulers import (
+    LUA_EXTEND_TO_SCRIPT,
+    RedBeatScheduler,
+    RedBeatSchedulerEntry,
+    get_redis,
+)
 
 from nexopoll.core.schedule import next_slot, schedule_from_dict
 
@@ -138,46 +143,67 @@ class NexopollScheduler(RedBeatScheduler):
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
-        self._resync("beat start")
+        self._resync("beat start", statics=False)  # RedBeat's setup just wrote the statics
 
     # --- resync from the DB -------------------------------------------------
-    def _resync(self, why: str) -> None:
+    def _resync(self, why: str, *, statics: bool) -> None:
+        """Mirror the DB's jobs into RedBeat; ``statics`` also restores beat_schedule entries
+        (only needed when Redis lost them: rewriting them would move their slots)."""
         from django.conf import settings
         from django.db import close_old_connections
 
         from .redbeat_sync import resync_from_db
 
+        # whatever happens, try again one period later rather than on every loop
+        self._next_resync = time.monotonic() + settings.NEXOPOLL_RESYNC_SECS
         close_old_connections()
         try:
             stats = resync_from_db(get_redis(self.app), now=datetime.now(UTC))
-            if self.app.redbeat_conf.schedule:
+            if statics and self.app.redbeat_conf.schedule:
                 self.update_from_dict(self.app.redbeat_conf.schedule)
         finally:
             close_old_connections()
         self._cache.clear()
-        self._next_resync = time.monotonic() + settings.NEXOPOLL_RESYNC_SECS
         log.info("beat.resync why=%s %s", why, stats)
 
     # --- the loop -------------------------------------------------------------
-    def _hold_lock(self) -> None:
-        if not self.lock_key or self.lock is None:
-            return
+    def _hold_lock(self) -> bool:
+        """Keep (or take) the beat lock; False while another beat holds it (standby)."""
+        if not self.lock_key:
+            return True
+        if self.lock is None:
+            # RedBeat takes the lock in a beat_init handler whose errors Celery swallows
+            # (e.g. Redis was down then): never dispatch without it, keep trying instead.
+            lock = get_redis(self.app).lock(self.lock_key, timeout=self.lock_timeout)
+            lock.lua_extend = get_redis(self.app).register_script(LUA_EXTEND_TO_SCRIPT)
+            if not lock.acquire(blocking=False):
+                return False
+            self.lock = lock
+            log.info("beat.lock_acquired")
+            return True
         try:
             self.lock.extend(int(self.lock_timeout))
         except redis.exceptions.LockNotOwnedError:
             if not self.lock.acquire(blocking=False):
-                raise
+                raise  # another beat took over: exit, the supervisor restarts us as standby
             log.warning("beat.lock_reacquired: the beat lock vanished (Redis flushed?)")
+        return True
 
     def tick(self, min=min, **kwargs: Any) -> float:
         try:
             return self._tick()
+        except redis.exceptions.LockNotOwnedError:
+            raise
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             log.warning("beat.redis_unavailable: %s", exc)
             return 1.0
+        except Exception:  # a DB outage during a resync, say: beat must outlive it
+            log.exception("beat.tick_failed")
+            return 1.0
 
     def _tick(self) -> float:
-        self._hold_lock()
+        if not self._hold_lock():
+            return self.max_interval
         client = get_redis(self.app)
         zkey = self.app.redbeat_conf.schedule_key
         now_ts = time.time()
@@ -187,8 +213,11 @@ class NexopollScheduler(RedBeatScheduler):
             pipe.get(keys.version_key())
             pipe.exists(keys.synced_key())
             due, upcoming, version, synced = pipe.execute()
-        if not synced or time.monotonic() >= self._next_resync:
-            self._resync("schedule missing" if not synced else "timer")
+        if not synced:
+            self._resync("schedule missing", statics=True)
+            return 0.0
+        if time.monotonic() >= self._next_resync:
+            self._resync("timer", statics=False)
             return 0.0
         if version != self._version:
             self._cache.clear()
@@ -213,6 +242,12 @@ class NexopollScheduler(RedBeatScheduler):
                 log.warning("beat.entry_missing key=%s: removing", key)
                 client.zrem(self.app.redbeat_conf.schedule_key, key)
                 return None
+            except Exception:
+                # an undecodable entry must not stall beat: look again after the next resync
+                log.exception("beat.entry_undecodable key=%s", key)
+                client.zadd(self.app.redbeat_conf.schedule_key,
+                            {key: time.time() + self.max_interval * 30}, xx=True)  # fmt: skip
+                return None
             self._cache[key] = entry
         return entry
 
@@ -236,8 +271,14 @@ class NexopollScheduler(RedBeatScheduler):
                 self.apply_async(entry, producer=self.producer, advance=False)
             except Exception:
                 log.exception("beat.publish_failed entry=%s", entry.name)
+        done = [key for key, score in scores.items() if score < 0]  # one-shots that fired
         with client.pipeline(transaction=False) as pipe:
-            pipe.zadd(zkey, scores, xx=True)
+            # GT keeps a later slot a tick pushed meanwhile (next_interval_hint)
+            upcoming = {key: score for key, score in scores.items() if score >= 0}
+            if upcoming:
+                pipe.zadd(zkey, upcoming, xx=True, gt=True)
+            if done:
+                pipe.zadd(zkey, dict.fromkeys(done, -1), xx=True)
             for key in scores:
                 pipe.hset(key, "meta", meta)
             pipe.execute()

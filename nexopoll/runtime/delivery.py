@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -29,15 +31,36 @@ SEND_DEADLINE_SECS = 30.0
 SWEEP_GRACE = timedelta(seconds=5)
 
 
-def deliver_rows(ids: list[str], *, now: datetime) -> dict[str, str]:
-    """Try to send each row; return id → outcome (sent | retry | dead | skipped)."""
-    return {i: deliver_one(i, now=now) for i in ids}
+BATCH_BUDGET_SECS = 60.0
+
+
+def deliver_rows(
+    ids: list[str], *, clock: Callable[[], datetime], budget_secs: float = BATCH_BUDGET_SECS
+) -> dict[str, str]:
+    """Try to send each row; return id → outcome (sent | retry | dead | skipped | deferred).
+
+    The clock is read per row (a claim or a backoff must not start from a time
+    taken before a slow send). Rows left when ``budget_secs`` is spent are
+    ``deferred``: the caller re-enqueues them, so one task never outlives its limits.
+    """
+    outcomes: dict[str, str] = {}
+    started = time.monotonic()
+    for i in ids:
+        if time.monotonic() - started > budget_secs:
+            outcomes[i] = "deferred"
+        else:
+            outcomes[i] = deliver_one(i, now=clock())
+    return outcomes
 
 
 def deliver_one(delivery_id: str, *, now: datetime) -> str:
     claimed = (
         Delivery.objects.filter(
-            id=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now
+            id=delivery_id,
+            status=DeliveryStatus.PENDING,
+            next_attempt_at__lte=now,
+            # a row whose send kills its worker never reaches _failed: cap it here too
+            attempts__lt=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
         )
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .update(claimed_until=now + timedelta(seconds=CLAIM_SECS), attempts=F("attempts") + 1)
@@ -140,3 +163,15 @@ def soonest_retry(ids: list[str], *, now: datetime) -> float | None:
         .first()
     )
     return None if first is None else (first - now).total_seconds()
+
+
+def dead_letter_exhausted(*, now: datetime) -> int:
+    """Dead-letter pending rows that used every attempt without an outcome (their worker died)."""
+    n = Delivery.objects.filter(
+        status=DeliveryStatus.PENDING,
+        attempts__gte=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
+        claimed_until__lt=now,
+    ).update(status=DeliveryStatus.DEAD, last_error="no outcome after the last attempt")
+    if n:
+        log.error("delivery.dead rows=%s: attempts exhausted without an outcome", n)
+    return n

@@ -29,8 +29,9 @@ def entry_definition(job: JobDef, *, now: datetime) -> str:
         "task": "nexopoll.tick",
         "args": [job.job_id],
         "kwargs": {"lease_ttl_ms": job.lease_ttl_ms(now)},
-        # a tick still queued when its next slot is due is dropped: the next one covers it
-        "options": {"expires": max(interval, 30.0)},
+        # A tick still queued an interval (at least 30 s) after it was sent is dropped:
+        # a later one polls from the same cursor. A one-shot never expires: it has no later one.
+        "options": {} if job.one_shot else {"expires": max(interval, 30.0)},
         "schedule": {
             "__type__": "nexopoll",
             "schedule": _schedule_dict(job),

@@ -15,6 +15,10 @@ from .conftest import scripted
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
 
+def send(ids: list[str], at: datetime) -> dict[str, str]:
+    return deliver_rows(ids, clock=lambda: at)
+
+
 def setup_job(cfg, redis_client, url: str) -> list[str]:
     agents = {"ana": {"webhook": {"url": url, "allow_private_networks": True}}}
     cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
@@ -28,16 +32,16 @@ def test_failed_delivery_backs_off_then_retries_with_the_same_id(cfg, redis_clie
     with TestHTTPServer() as hook:
         hook.route("POST", "/hook", sequence(500, 500, 200))
         (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
-        assert deliver_rows([row_id], now=NOW) == {row_id: "retry"}
+        assert send([row_id], NOW) == {row_id: "retry"}
         first = Delivery.objects.get(id=row_id)
         assert first.status == "pending" and first.next_attempt_at > NOW
         # not due yet: a second worker (or the sweeper) does nothing
-        assert deliver_rows([row_id], now=NOW) == {row_id: "skipped"}
+        assert send([row_id], NOW) == {row_id: "skipped"}
         later = first.next_attempt_at
-        assert deliver_rows([row_id], now=later) == {row_id: "retry"}
+        assert send([row_id], later) == {row_id: "retry"}
         second = Delivery.objects.get(id=row_id)
         assert second.next_attempt_at - later > first.next_attempt_at - NOW  # doubling
-        assert deliver_rows([row_id], now=second.next_attempt_at) == {row_id: "sent"}
+        assert send([row_id], second.next_attempt_at) == {row_id: "sent"}
         ids = {r.header("X-Nexopoll-Delivery-Id") for r in hook.requests}
         assert ids == {row_id} and hook.hits("/hook") == 3
         assert Delivery.objects.get(id=row_id).attempts == 3
@@ -47,7 +51,7 @@ def test_429_retry_after_is_honoured(cfg, redis_client):
     with TestHTTPServer() as hook:
         hook.route("POST", "/hook", reply(429, b"", {"Retry-After": "120"}))
         (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
-        deliver_rows([row_id], now=NOW)
+        send([row_id], NOW)
         row = Delivery.objects.get(id=row_id)
         assert row.next_attempt_at >= NOW + timedelta(seconds=120)
 
@@ -57,9 +61,9 @@ def test_dead_letter_after_max_attempts(cfg, redis_client, settings):
     with TestHTTPServer() as hook:
         hook.route("POST", "/hook", reply(503))
         (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
-        deliver_rows([row_id], now=NOW)
+        send([row_id], NOW)
         row = Delivery.objects.get(id=row_id)
-        assert deliver_rows([row_id], now=row.next_attempt_at) == {row_id: "dead"}
+        assert send([row_id], row.next_attempt_at) == {row_id: "dead"}
         row = Delivery.objects.get(id=row_id)
         assert row.status == "dead" and "503" in row.last_error
         assert row_id not in due_rows(now=NOW + timedelta(days=1))
@@ -71,7 +75,7 @@ def test_redirecting_receiver_is_not_followed(cfg, redis_client):
         target.route("POST", "/steal", reply(200))
         hook.route("POST", "/hook", redirect(target.url("/steal")))
         (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
-        assert deliver_rows([row_id], now=NOW) == {row_id: "dead"}
+        assert send([row_id], NOW) == {row_id: "dead"}
         assert "redirect refused" in Delivery.objects.get(id=row_id).last_error
         assert target.hits() == 0
 
@@ -81,7 +85,7 @@ def test_sweeper_picks_up_rows_left_pending(cfg, redis_client):
         (row_id,) = setup_job(cfg, redis_client, sink.url)
         assert due_rows(now=NOW) == []  # inside the grace period the normal path owns it
         assert due_rows(now=NOW + timedelta(seconds=10)) == [row_id]
-        deliver_rows(due_rows(now=NOW + timedelta(seconds=10)), now=NOW + timedelta(seconds=10))
+        send(due_rows(now=NOW + timedelta(seconds=10)), NOW + timedelta(seconds=10))
         assert [h["delivery_id"] for h in sink.hits] == [row_id]
         assert due_rows(now=NOW + timedelta(seconds=20)) == []
 
@@ -101,3 +105,25 @@ def test_poison_tick_is_capped_after_repeated_worker_deaths(cfg, redis_client, s
     s = PollState.objects.get(job_id="a")
     assert s.crash_count == 0 and s.running_since is None and s.breaker_open_until is not None
     assert Delivery.objects.filter(purpose="alert").count() == 1
+
+
+def test_a_row_whose_send_kills_the_worker_is_capped_and_dead_lettered(cfg, redis_client, settings):
+    """Every claim counts an attempt; a row that never reaches an outcome stops at the cap."""
+    from nexopoll.runtime.delivery import dead_letter_exhausted
+
+    settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS = 2
+    with Sink() as sink:
+        (row_id,) = setup_job(cfg, redis_client, sink.url)
+        # two claims whose worker died mid-send: attempts used, no outcome recorded
+        Delivery.objects.filter(id=row_id).update(attempts=2, claimed_until=NOW)
+        assert send([row_id], NOW + timedelta(minutes=5)) == {row_id: "skipped"}
+        assert sink.hits == []
+        assert dead_letter_exhausted(now=NOW + timedelta(minutes=5)) == 1
+        assert Delivery.objects.get(id=row_id).status == "dead"
+
+
+def test_a_batch_stops_at_its_time_budget_and_defers_the_rest(cfg, redis_client):
+    with Sink() as sink:
+        (row_id,) = setup_job(cfg, redis_client, sink.url)
+        assert deliver_rows([row_id], clock=lambda: NOW, budget_secs=-1) == {row_id: "deferred"}
+        assert sink.hits == [] and Delivery.objects.get(id=row_id).attempts == 0

@@ -17,6 +17,10 @@ from tests.support.sink import Sink
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
 
+def send(ids: list[str], at: datetime) -> dict[str, str]:
+    return deliver_rows(ids, clock=lambda: at)
+
+
 def poll_job(url: str, **config) -> dict:
     return {
         "id": "w", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
@@ -51,7 +55,7 @@ def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeyp
         assert tick_job("w", now=NOW).items_dispatched == 0
         rows = list(Delivery.objects.filter(job_id="w", purpose="item"))
         assert sorted(r.payload["text"] for r in rows) == ["one", "three", "two"]
-        deliver_rows([str(r.id) for r in rows], now=NOW)
+        send([str(r.id) for r in rows], NOW)
         assert {h["delivery_id"] for h in sink.hits} == {str(r.id) for r in rows}
         for h in sink.hits:  # HMAC over "<timestamp>.<body>" with the binding's secret
             assert h["signature"] == sign("s3cret-canary", h["timestamp"], h["raw"])
