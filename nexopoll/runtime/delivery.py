@@ -21,6 +21,7 @@ from nexopoll.channels import OutboundMessage, get_channel
 from nexopoll.core.breaker import backoff_delay
 from nexopoll.core.config import expand_env
 from nexopoll.core.errors import ErrorClass, PermanentError, classify
+from nexopoll.core.redact import redact, secret_values
 
 from ..models import Agent, Delivery, DeliveryStatus
 
@@ -68,9 +69,10 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
     if not claimed:
         return "skipped"
     row = Delivery.objects.get(id=delivery_id)
+    raw_binding = _raw_binding(row.agent, row.channel)
     try:
         channel = get_channel(row.channel)
-        binding = _binding(row.agent, row.channel)
+        binding = expand_env(raw_binding, os.environ, path=f"agents.{row.agent}.{row.channel}")
         channel.send(
             OutboundMessage(
                 delivery_id=str(row.id),
@@ -85,21 +87,20 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
             deadline_secs=SEND_DEADLINE_SECS,
         )
     except Exception as exc:
-        return _failed(row, exc, now=now)
+        return _failed(row, exc, now=now, secrets=secret_values(raw_binding, os.environ))
     Delivery.objects.filter(id=row.id).update(
         status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
     )
     return "sent"
 
 
-def _binding(agent: str, channel: str) -> dict:
+def _raw_binding(agent: str, channel: str) -> dict:
     bindings = Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first() or {}
-    raw = bindings.get(channel, {})
-    return expand_env(raw, os.environ, path=f"agents.{agent}.{channel}")
+    return bindings.get(channel, {})
 
 
-def _failed(row: Delivery, exc: Exception, *, now: datetime) -> str:
-    message = (str(exc) or type(exc).__name__)[:2000]
+def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[str]) -> str:
+    message = redact((str(exc) or type(exc).__name__)[:2000], secrets)
     permanent = classify(exc) is not ErrorClass.TRANSIENT or isinstance(exc, PermanentError)
     if permanent or row.attempts >= settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS:
         Delivery.objects.filter(id=row.id).update(

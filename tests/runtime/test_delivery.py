@@ -127,3 +127,29 @@ def test_a_batch_stops_at_its_time_budget_and_defers_the_rest(cfg, redis_client)
         (row_id,) = setup_job(cfg, redis_client, sink.url)
         assert deliver_rows([row_id], clock=lambda: NOW, budget_secs=-1) == {row_id: "deferred"}
         assert sink.hits == [] and Delivery.objects.get(id=row_id).attempts == 0
+
+
+def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(cfg, redis_client, monkeypatch,
+                                                                   caplog):  # fmt: skip
+    """A token in the webhook URL path must not leak through a failure's error text."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: the error names the URL
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HOOK_TOKEN", "tok-CANARY-123")
+    agents = {"ana": {"webhook": {"url": f"http://127.0.0.1:{port}/hook/${{HOOK_TOKEN}}",
+                                  "allow_private_networks": True}}}  # fmt: skip
+    cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
+              agents=agents)  # fmt: skip
+    cfg.reload()
+    redis_client.rpush("test:src:a", 1)
+    (row_id,) = tick_job("a", now=NOW).delivery_ids
+    assert send([row_id], NOW) == {row_id: "retry"}
+    row = Delivery.objects.get(id=row_id)
+    assert "/hook/***" in row.last_error  # the URL was in the message, masked
+    assert "tok-CANARY-123" not in row.last_error
+    assert "tok-CANARY-123" not in caplog.text
+    from nexopoll.models import Agent
+
+    assert "tok-CANARY-123" not in repr(list(Agent.objects.values()))

@@ -103,3 +103,21 @@ def test_private_address_refused_without_opt_in(cfg):
             "127.0.0.1" in PollState.objects.get(job_id="w").paused_reason
             or "loopback" in PollState.objects.get(job_id="w").paused_reason
         )
+
+
+def test_a_secret_in_the_polled_url_is_masked_in_state_and_alerts(cfg, monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # nobody listens: the connection error names the URL
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("BOT_TOKEN", "12345:CANARYsecret")
+    cfg.write([poll_job(f"http://127.0.0.1:{port}/bot${{BOT_TOKEN}}/getUpdates")],
+              breaker_threshold=1)  # fmt: skip
+    cfg.reload()
+    report = tick_job("w", now=NOW)
+    assert report.status == "transient" and "/bot***/getUpdates" in report.error
+    s = PollState.objects.get(job_id="w")
+    alert = Delivery.objects.get(purpose="alert")
+    for text in (s.last_error, alert.payload["text"], repr(list(PollState.objects.values()))):
+        assert "CANARYsecret" not in text
