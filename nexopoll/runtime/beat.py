@@ -16,6 +16,7 @@ at start, every ``NEXOPOLL_RESYNC_SECS``, and at once when the schedule vanished
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 import redis
 from celery.schedules import BaseSchedule, schedstate
+from kombu.utils.objects import cached_property
 from redbeat.decoder import RedBeatJSONDecoder, RedBeatJSONEncoder
 from redbeat.schedulers import (
     LUA_EXTEND_TO_SCRIPT,
@@ -35,6 +37,7 @@ from redbeat.schedulers import (
 from nexopoll.core.schedule import next_slot, schedule_from_dict
 
 from . import keys
+from .publish import TickPublisher
 
 log = logging.getLogger("nexopoll.beat")
 
@@ -134,12 +137,24 @@ class NexopollScheduler(RedBeatScheduler):
 
     def __init__(self, app: Any, **kwargs: Any) -> None:
         import django
+        from django.conf import settings
 
         django.setup()
         self._cache: dict[str, NexoEntry] = {}
         self._version: str | None = None
         self._next_resync = 0.0
+        self._fingerprint: tuple | None = None
+        self._lock_extended = 0.0
+        # Dispatch in batches at most every MIN_SLEEP: bounds wake-ups (and their round
+        # trips) per second whatever the number of jobs, for at most that much lag.
+        self.min_sleep = settings.NEXOPOLL_BEAT_MIN_SLEEP_SECS
+        self.publisher = TickPublisher(app)
         super().__init__(app, **kwargs)
+
+    @cached_property
+    def client(self) -> Any:
+        # RedBeat's get_redis() re-reads the Celery config on every call (~1 ms): once here
+        return get_redis(self.app)
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
@@ -152,18 +167,25 @@ class NexopollScheduler(RedBeatScheduler):
         from django.conf import settings
         from django.db import close_old_connections
 
-        from .redbeat_sync import resync_from_db
+        from .redbeat_sync import fingerprint, resync_from_db
 
         # whatever happens, try again one period later rather than on every loop
         self._next_resync = time.monotonic() + settings.NEXOPOLL_RESYNC_SECS
         close_old_connections()
         try:
-            stats = resync_from_db(get_redis(self.app), now=datetime.now(UTC))
+            current = fingerprint(self.client)
+            if why == "timer" and current == self._fingerprint:
+                return  # nothing changed in the DB, every entry still installed
+            stats = resync_from_db(self.client, now=datetime.now(UTC))
             if statics and self.app.redbeat_conf.schedule:
                 self.update_from_dict(self.app.redbeat_conf.schedule)
+            self._fingerprint = fingerprint(self.client)
         finally:
             close_old_connections()
-        self._cache.clear()
+        for job_id in stats.pop("changed_ids"):
+            self._cache.pop(keys.entry_key(job_id), None)
+        if statics:
+            self._cache.clear()
         log.info("beat.resync why=%s %s", why, stats)
 
     # --- the loop -------------------------------------------------------------
@@ -174,12 +196,15 @@ class NexopollScheduler(RedBeatScheduler):
         if self.lock is None:
             # RedBeat takes the lock in a beat_init handler whose errors Celery swallows
             # (e.g. Redis was down then): never dispatch without it, keep trying instead.
-            lock = get_redis(self.app).lock(self.lock_key, timeout=self.lock_timeout)
-            lock.lua_extend = get_redis(self.app).register_script(LUA_EXTEND_TO_SCRIPT)
+            lock = self.client.lock(self.lock_key, timeout=self.lock_timeout)
+            lock.lua_extend = self.client.register_script(LUA_EXTEND_TO_SCRIPT)
             if not lock.acquire(blocking=False):
                 return False
             self.lock = lock
+            self._lock_extended = time.monotonic()
             log.info("beat.lock_acquired")
+            return True
+        if time.monotonic() - self._lock_extended < self.lock_timeout / 3:
             return True
         try:
             self.lock.extend(int(self.lock_timeout))
@@ -187,6 +212,7 @@ class NexopollScheduler(RedBeatScheduler):
             if not self.lock.acquire(blocking=False):
                 raise  # another beat took over: exit, the supervisor restarts us as standby
             log.warning("beat.lock_reacquired: the beat lock vanished (Redis flushed?)")
+        self._lock_extended = time.monotonic()
         return True
 
     def tick(self, min=min, **kwargs: Any) -> float:
@@ -204,7 +230,7 @@ class NexopollScheduler(RedBeatScheduler):
     def _tick(self) -> float:
         if not self._hold_lock():
             return self.max_interval
-        client = get_redis(self.app)
+        client = self.client
         zkey = self.app.redbeat_conf.schedule_key
         now_ts = time.time()
         with client.pipeline(transaction=False) as pipe:
@@ -218,20 +244,18 @@ class NexopollScheduler(RedBeatScheduler):
             return 0.0
         if time.monotonic() >= self._next_resync:
             self._resync("timer", statics=False)
-            return 0.0
         if version != self._version:
+            # entries were rewritten outside beat (a reload): decode them afresh
             self._cache.clear()
             self._version = version
+        wake = [upcoming[0][1]] if upcoming else []
         if due:
-            self._dispatch(client, zkey, due, now_ts)
+            wake += self._dispatch(client, zkey, due, now_ts)
             if len(due) >= BATCH:
                 return 0.0
-            with client.pipeline(transaction=False) as pipe:
-                pipe.zrangebyscore(zkey, f"({time.time()}", "+inf", start=0, num=1, withscores=True)
-                (upcoming,) = pipe.execute()
-        if upcoming:
-            return max(0.0, min(upcoming[0][1] - time.time(), self.max_interval))
-        return self.max_interval
+        if not wake:
+            return self.max_interval
+        return min(max(min(wake) - time.time(), self.min_sleep), self.max_interval)
 
     def _entry(self, client: Any, key: str) -> NexoEntry | None:
         entry = self._cache.get(key)
@@ -245,40 +269,58 @@ class NexopollScheduler(RedBeatScheduler):
             except Exception:
                 # an undecodable entry must not stall beat: look again after the next resync
                 log.exception("beat.entry_undecodable key=%s", key)
-                client.zadd(self.app.redbeat_conf.schedule_key,
-                            {key: time.time() + self.max_interval * 30}, xx=True)  # fmt: skip
+                client.zadd(
+                    self.app.redbeat_conf.schedule_key,
+                    {key: time.time() + self.max_interval * 30},
+                    xx=True,
+                )
                 return None
             self._cache[key] = entry
         return entry
 
-    def _dispatch(self, client: Any, zkey: str, due: list, now_ts: float) -> None:
+    def _dispatch(self, client: Any, zkey: str, due: list, now_ts: float) -> list[float]:
+        """Publish every due entry in one batch; store their next slots; return those."""
         now = datetime.fromtimestamp(now_ts, UTC)
-        meta = json.dumps({"last_run_at": now}, cls=RedBeatJSONEncoder)
         scores: dict[str, float] = {}
-        for key, _score in due:
-            entry = self._entry(client, key)
-            if entry is None:
-                continue
-            if isinstance(entry.schedule, NexoSchedule):
-                nxt = entry.schedule.next_after(now)
-            else:
-                rem = entry.schedule.remaining_estimate(now)
-                nxt = None if rem is None else now + rem
-            scores[key] = -1 if nxt is None else nxt.timestamp()
-            if not entry.enabled:
-                continue
-            try:
-                self.apply_async(entry, producer=self.producer, advance=False)
-            except Exception:
-                log.exception("beat.publish_failed entry=%s", entry.name)
+        stock: list[str] = []
+        batch = getattr(self.producer, "batch", None)  # kombu >= 5.7: one pipeline
+        with batch(max_size=2 * BATCH) if batch else contextlib.nullcontext():
+            for key, _score in due:
+                entry = self._entry(client, key)
+                if entry is None:
+                    continue
+                scores[key] = self._next_score(entry, now)
+                if not isinstance(entry.schedule, NexoSchedule):
+                    stock.append(key)
+                if entry.enabled:
+                    self._publish(entry, now)
         done = [key for key, score in scores.items() if score < 0]  # one-shots that fired
+        upcoming = {key: score for key, score in scores.items() if score >= 0}
+        meta = json.dumps({"last_run_at": now}, cls=RedBeatJSONEncoder)
         with client.pipeline(transaction=False) as pipe:
-            # GT keeps a later slot a tick pushed meanwhile (next_interval_hint)
-            upcoming = {key: score for key, score in scores.items() if score >= 0}
-            if upcoming:
+            if upcoming:  # GT keeps a later slot a tick pushed meanwhile (next_interval_hint)
                 pipe.zadd(zkey, upcoming, xx=True, gt=True)
             if done:
                 pipe.zadd(zkey, dict.fromkeys(done, -1), xx=True)
-            for key in scores:
+            for key in stock:  # nexopoll entries derive slots from the clock, not from meta
                 pipe.hset(key, "meta", meta)
             pipe.execute()
+        return list(upcoming.values())
+
+    def _publish(self, entry: NexoEntry, now: datetime) -> None:
+        try:
+            if self.publisher.can_publish(entry):
+                self.publisher.publish(self.producer, entry, now)
+            else:
+                self.apply_async(entry, producer=self.producer, advance=False)
+        except Exception:
+            log.exception("beat.publish_failed entry=%s", entry.name)
+
+    @staticmethod
+    def _next_score(entry: NexoEntry, now: datetime) -> float:
+        if isinstance(entry.schedule, NexoSchedule):
+            nxt = entry.schedule.next_after(now)
+        else:
+            rem = entry.schedule.remaining_estimate(now)
+            nxt = None if rem is None else now + rem
+        return -1 if nxt is None else nxt.timestamp()

@@ -55,6 +55,9 @@ def _score(job: JobDef, now: datetime) -> float:
 
 def write_entries(client: Any, jobs: Iterable[JobDef], *, now: datetime) -> int:
     """Write (or rewrite) the entries of ``jobs`` with their next slot after ``now``."""
+    jobs = list(jobs)
+    if not jobs:
+        return 0
     n = 0
     with client.pipeline(transaction=False) as pipe:
         for job in jobs:
@@ -110,6 +113,7 @@ def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
         "written": len(changed),
         "restored": len(missing),
         "removed": len(stale),
+        "changed_ids": [j.job_id for j in changed] + sorted(stale),
     }
 
 
@@ -120,3 +124,15 @@ def sync_jobs(client: Any, *, upsert: Iterable[str], remove: Iterable[str], now:
     jobs = [from_row(j, agents.get(j.agent, {})) for j in PollJob.objects.filter(job_id__in=ids)]
     write_entries(client, jobs, now=now)
     delete_entries(client, remove)
+
+
+def fingerprint(client: Any) -> tuple:
+    """Cheap summary of the DB's definitions and of what RedBeat holds.
+
+    Beat's periodic resync is skipped while it is unchanged, so a large
+    installation does not reload every definition every period.
+    """
+    from django.db.models import Count, Max
+
+    db = PollJob.objects.aggregate(n=Count("job_id"), last=Max("updated_at"))
+    return (db["n"], db["last"], client.hlen(keys.hashes_key()), client.zcard(keys.schedule_key()))

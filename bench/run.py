@@ -1,0 +1,367 @@
+"""nexopoll benchmark: worker CPU per tick, beat CPU per dispatch, scheduling lag.
+
+Run from the repo root: ``PYTHONPATH=. .venv/bin/python -m bench.run [--quick]``.
+Every measurement uses a fresh private redis-server on a free port and a fresh SQLite
+file in a temp dir (copied from one migrated template); jobs are created the product
+way, by writing a pollers.yaml of ``noop`` jobs (bench/noop.py) and running
+``manage.py pollers reload``. Processes run with the product's default timings.
+
+1. Worker CPU per task, raw Celery vs nexopoll. M messages are queued first, then one
+   worker (``-P prefork -c 1``) starts; CPU of its process tree (psutil, main +
+   children, user+sys) is read when the queue first shrinks and again when the queue
+   and the ``unacked`` hash are empty. Raw: the no-op task ``bench.noop``
+   (bench/rawtask.py, loaded with ``-I``). nexopoll: one ``nexopoll.tick`` per job over
+   M distinct noop jobs (so no lease is busy), no beat; the DB is checked afterwards
+   (ticks_total, last_status == "ok").
+2. Beat CPU per dispatch, stock ``redbeat.RedBeatScheduler`` vs nexopoll's
+   ``NexopollScheduler``: N entries every I s, phase-spread over the interval (stock:
+   ``last_run_at`` spread over the last interval; nexopoll: its stagger with
+   jitter = I). No worker runs: dispatches are counted as the growth of the queue list
+   over the window; beat CPU is read with psutil over the same window, after warm-up.
+   Both beats run at ``-l warning`` and beat_max_loop_interval = 1 s (nexopoll's
+   setting; stock RedBeat's 300 s default would oversleep).
+3. Scheduling lag, the real stack: nexopoll beat + one worker ``-c 2`` running noop
+   ticks that record (job_id, ctx.now). A job's slots are epoch + k*I + offset
+   (``EverySchedule`` is epoch-anchored; offset = ``stagger_offset``), so
+   lag = ctx.now - (latest slot <= ctx.now). This folds any lag above one interval
+   back into [0, I): the queue depth samples and ran/due show a backlog instead.
+   ran/due = distinct (job, slot) ticks with slot in the window / slots due in the
+   window, measured after one interval of warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from celery.schedules import schedule as every_schedule
+from redbeat.schedulers import RedBeatSchedulerEntry
+
+from nexopoll.core.schedule import EverySchedule, stagger_offset
+
+from .noop import TICKS_KEY
+from .stack import (
+    NEXO_SCHEDULER,
+    STOCK_SCHEDULER,
+    Stack,
+    beat_args,
+    job_id,
+    migrated_template,
+    wait_for,
+    worker_args,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+# --- shared -----------------------------------------------------------------------
+class JobDBs:
+    """SQLite files with N noop jobs every I s, reloaded once each and then copied."""
+
+    def __init__(self, template: Path) -> None:
+        self.template = template
+        self.cache: dict[tuple[int, float], Path] = {}
+        self.reload_secs: dict[str, float] = {}
+
+    def get(self, n: int, every: float) -> Path:
+        if (n, every) not in self.cache:
+            stack = Stack(self.template)
+            try:
+                self.reload_secs[f"{n}@{every:g}s"] = stack.load_jobs(n, every)
+                path = self.template.with_name(f"jobs-{n}-{every:g}.sqlite3")
+                path.write_bytes(stack.db.read_bytes())
+            finally:
+                stack.close()
+            self.cache[(n, every)] = path
+        return self.cache[(n, every)]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --- 1. worker CPU per task -----------------------------------------------------------
+def publish(stack: Stack, name: str, calls: list[tuple[list, dict]]) -> None:
+    app = stack.app()
+    with app.producer_or_acquire() as producer:
+        for args, kwargs in calls:
+            app.send_task(name, args=args, kwargs=kwargs, producer=producer)
+
+
+def drain(stack: Stack, m: int, include: str = "") -> dict[str, float]:
+    """Start one prefork -c 1 worker on a queue of m messages; measure until drained."""
+    worker = stack.start("worker", worker_args(1, "drain", include), "drain")
+    wait_for(lambda: stack.queued() < m or not worker.alive(), 120, 0.002, "first consume")
+    t0, cpu0, left = time.monotonic(), worker.cpu(), stack.queued()
+    done = wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
+                    600, 0.01, "queue drained")  # fmt: skip
+    t1, cpu1 = time.monotonic(), worker.cpu()
+    assert done and worker.alive(), f"worker died:\n{worker.text()[-2000:]}"
+    worker.stop()
+    secs, cpu = t1 - t0, cpu1 - cpu0
+    return {
+        "tasks": left,
+        "secs": secs,
+        "cpu_s": cpu,
+        "cpu_ms_per_task": 1000 * cpu / left,
+        "tasks_per_s": left / secs,
+    }
+
+
+def part_worker(template: Path, dbs: JobDBs, m: int) -> dict[str, Any]:
+    raw = Stack(template)
+    try:
+        publish(raw, "bench.noop", [([], {})] * m)
+        raw_res = drain(raw, m, include="bench.rawtask")
+    finally:
+        raw.close()
+    nexo = Stack(dbs.get(m, 3600))
+    try:
+        publish(nexo, "nexopoll.tick", [([job_id(i)], {"lease_ttl_ms": 30000}) for i in range(m)])
+        nexo_res = drain(nexo, m)
+        ((ticks, ok, other),) = nexo.sql(
+            "SELECT SUM(ticks_total), SUM(last_status = 'ok'), "
+            "SUM(last_status != 'ok') FROM poll_state"
+        )
+        nexo_res.update(ticks_total=ticks, status_ok=ok, status_other=other)
+    finally:
+        nexo.close()
+    return {
+        "m": m,
+        "raw": raw_res,
+        "nexopoll": nexo_res,
+        "ratio": nexo_res["cpu_ms_per_task"] / raw_res["cpu_ms_per_task"],
+    }
+
+
+# --- 2. beat CPU per dispatch ---------------------------------------------------------
+def stock_entries(stack: Stack, n: int, every: float) -> None:
+    """n stock RedBeat entries, last run spread over the last interval so they phase-spread."""
+    app, now = stack.app(), datetime.now(UTC)
+    for i in range(n):
+        RedBeatSchedulerEntry(
+            f"bench-{i}", "bench.noop", every_schedule(run_every=every), app=app,
+            last_run_at=now - timedelta(seconds=every * i / n),
+        ).save()  # fmt: skip
+
+
+def beat_window(stack: Stack, scheduler: str, duration: float, ready: str) -> dict[str, Any]:
+    beat = stack.start("beat", beat_args(scheduler, stack.dir), "beat")
+    wait_for(lambda: (ready in beat.text() and stack.queued() > 0) or not beat.alive(),
+             120, 0.05, "beat dispatching")  # fmt: skip
+    assert beat.alive(), f"beat died:\n{beat.text()[-2000:]}"
+    time.sleep(5)  # warm-up: past start-up (and nexopoll's initial resync)
+    q0, cpu0, t0 = stack.queued(), beat.cpu(), time.monotonic()
+    time.sleep(duration)
+    q1, cpu1, t1 = stack.queued(), beat.cpu(), time.monotonic()
+    mem = int(stack.r.info("memory")["used_memory"])
+    beat.stop()
+    dispatched, cpu = q1 - q0, cpu1 - cpu0
+    return {
+        "secs": t1 - t0,
+        "dispatched": dispatched,
+        "cpu_s": cpu,
+        "cpu_pct": 100 * cpu / (t1 - t0),
+        "cpu_ms_per_dispatch": 1000 * cpu / dispatched if dispatched else math.nan,
+        "redis_used_mb": mem / 2**20,
+    }
+
+
+def part_beat(template: Path, dbs: JobDBs, n: int, every: float, duration: float) -> dict:
+    stock = Stack(template)
+    try:
+        stock_entries(stock, n, every)
+        stock_res = beat_window(stock, STOCK_SCHEDULER, duration, ready="")
+    finally:
+        stock.close()
+    nexo = Stack(dbs.get(n, every))
+    try:
+        nexo_res = beat_window(nexo, NEXO_SCHEDULER, duration, ready="beat.resync")
+    finally:
+        nexo.close()
+    due = n * duration / every
+    for res in (stock_res, nexo_res):
+        res["dispatched_per_due"] = res["dispatched"] / (n * res["secs"] / every)
+    return {
+        "n": n,
+        "every": every,
+        "duration": duration,
+        "due_approx": due,
+        "stock": stock_res,
+        "nexopoll": nexo_res,
+        "ratio": nexo_res["cpu_ms_per_dispatch"] / stock_res["cpu_ms_per_dispatch"],
+    }
+
+
+# --- 3. scheduling lag ------------------------------------------------------------------
+def offsets(stack: Stack, every: float) -> dict[str, float]:
+    sched = EverySchedule(timedelta(seconds=every))
+    return {
+        jid: stagger_offset(jid, timedelta(milliseconds=jitter), sched).total_seconds()
+        for jid, jitter in stack.sql("SELECT job_id, jitter_ms FROM poll_job")
+    }
+
+
+def lag_stats(
+    records: list[tuple[str, float]], offs: dict[str, float], every: float, t0: float, t1: float
+) -> dict[str, Any]:
+    """Lag of ticks started in [t0, t1) and the fraction of slots in [t0, t1) that ran."""
+    lags, ran = [], set()
+    for jid, ts in records:
+        o = offs[jid]
+        slot = math.floor((ts - o) / every) * every + o
+        if t0 <= ts < t1:
+            lags.append(1000 * (ts - slot))
+        if t0 <= slot < t1:
+            ran.add((jid, round(slot, 3)))
+    due = sum(_slots_between(o, every, t0, t1) for o in offs.values())
+    return {
+        "ticks": len(lags),
+        "due": due,
+        "ran_per_due": len(ran) / due if due else math.nan,
+        "lag_p50_ms": pct(lags, 0.5),
+        "lag_p99_ms": pct(lags, 0.99),
+        "lag_max_ms": max(lags, default=math.nan),
+        "lag_mean_ms": statistics.fmean(lags) if lags else math.nan,
+    }
+
+
+def _slots_between(offset: float, every: float, t0: float, t1: float) -> int:
+    first = math.ceil((t0 - offset) / every)
+    last = math.ceil((t1 - offset) / every)  # slots k*every+offset < t1
+    return max(0, last - first)
+
+
+def part_lag(dbs: JobDBs, n: int, every: float, duration: float) -> dict[str, Any]:
+    stack = Stack(dbs.get(n, every), BENCH_RECORD_TICKS="1")
+    try:
+        worker = stack.start("worker", worker_args(2, "lag"), "lag")
+        beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
+        wait_for(lambda: "beat.resync" in beat.text() or not beat.alive(), 120, 0.05, "beat")
+        time.sleep(every)  # warm-up: one interval
+        t0, wcpu0, bcpu0 = time.time(), worker.cpu(), beat.cpu()
+        depth = []
+        while time.time() < t0 + duration:
+            depth.append(stack.queued())
+            time.sleep(1)
+        t1, wcpu1, bcpu1 = time.time(), worker.cpu(), beat.cpu()
+        time.sleep(2)  # grace: ticks of slots just before t1 still record
+        raw = stack.r.lrange(TICKS_KEY, 0, -1)
+        records = [(jid, float(ts)) for jid, ts in (r.split() for r in raw)]
+        res = lag_stats(records, offsets(stack, every), every, t0, t1)
+        ((not_ok,),) = stack.sql(
+            "SELECT COUNT(*) FROM poll_state WHERE last_status IS NOT NULL AND last_status != 'ok'"
+        )
+        secs = t1 - t0
+        res.update(n=n, every=every, secs=secs, ticks_per_s=res["ticks"] / secs,
+                   due_per_s=n / every, queue_max=max(depth), queue_end=depth[-1],
+                   worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
+                   beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs, jobs_not_ok=not_ok,
+                   workers_alive=worker.alive() and beat.alive())  # fmt: skip
+        return res
+    finally:
+        stack.close()
+
+
+# --- report -----------------------------------------------------------------------------
+def report(res: dict[str, Any]) -> str:
+    out = [f"nexopoll bench {res['started']}  ({res['args']})", ""]
+    w = res.get("worker")
+    if w:
+        raw, nx = w["raw"], w["nexopoll"]
+        out += [f"1. Worker CPU per task, prefork -c 1, M={w['m']} queued messages",
+                f"   {'':10}{'ms CPU/task':>12}{'tasks/s':>10}{'tasks':>8}",
+                f"   {'raw celery':10}{raw['cpu_ms_per_task']:12.3f}{raw['tasks_per_s']:10.0f}"
+                f"{raw['tasks']:8d}",
+                f"   {'nexopoll':10}{nx['cpu_ms_per_task']:12.3f}{nx['tasks_per_s']:10.0f}"
+                f"{nx['tasks']:8d}",
+                f"   ratio nexopoll/raw = {w['ratio']:.2f}x (target <= 2x); DB: ticks_total="
+                f"{nx['ticks_total']}, last_status ok={nx['status_ok']} other={nx['status_other']}",
+                ""]  # fmt: skip
+    b = res.get("beat")
+    if b:
+        out += [f"2. Beat CPU per dispatch, N={b['n']} every {b['every']:g}s, "
+                f"{b['duration']:g}s window, no worker",
+                f"   {'':10}{'ms CPU/disp':>12}{'beat CPU%':>10}{'dispatched':>11}"
+                f"{'disp/due':>9}{'redis MB':>9}"]  # fmt: skip
+        for name in ("stock", "nexopoll"):
+            r = b[name]
+            out.append(
+                f"   {name:10}{r['cpu_ms_per_dispatch']:12.3f}{r['cpu_pct']:10.1f}"
+                f"{r['dispatched']:11d}{r['dispatched_per_due']:9.1%}"
+                f"{r['redis_used_mb']:9.1f}"
+            )
+        out += [f"   ratio nexopoll/stock = {b['ratio']:.2f}x (target <= 0.25x at N=10,000)", ""]
+    if res.get("lag"):
+        out += ["3. Scheduling lag, nexopoll beat + worker -c 2 (lag = tick start - slot)",
+                f"   {'N':>6} {'every':>5} {'due/s':>6} {'ticks/s':>7} {'ran/due':>8}"
+                f" {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'q max':>6} {'q end':>6}"
+                f" {'wrk CPU%':>8} {'beat%':>6}"]  # fmt: skip
+        for r in res["lag"]:
+            out.append(
+                f"   {r['n']:6d} {r['every']:5g} {r['due_per_s']:6.0f} "
+                f"{r['ticks_per_s']:7.0f} {r['ran_per_due']:8.1%} {r['lag_p50_ms']:7.0f}"
+                f" {r['lag_p99_ms']:7.0f} {r['lag_max_ms']:7.0f} {r['queue_max']:6d}"
+                f" {r['queue_end']:6d} {r['worker_cpu_pct']:8.0f} {r['beat_cpu_pct']:6.0f}"
+            )
+        out.append("   (lag folds into [0, every): read q max / q end and ran/due for backlog)")
+    reloads = ", ".join(f"{k} {v:.1f}s" for k, v in res["reload_secs"].items())
+    out += ["", f"manage.py pollers reload times: {reloads}"]
+    return "\n".join(out)
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", default="1000,10000", help="job counts for lag (max: beat part)")
+    p.add_argument("--intervals", default="60,10", help="intervals, s (first: beat part)")
+    p.add_argument("--duration", type=float, default=60.0, help="measurement window, s")
+    p.add_argument("--messages", type=int, default=3000, help="M for the worker part")
+    p.add_argument("--parts", default="worker,beat,lag")
+    p.add_argument(
+        "--quick", action="store_true", help="jobs 1000, interval 10, 30 s windows, M=1000"
+    )
+    args = p.parse_args()
+    if args.quick:
+        args.jobs, args.intervals, args.duration, args.messages = "1000", "10", 30.0, 1000
+    return args
+
+
+def main() -> None:
+    args = parse()
+    jobs = [int(x) for x in args.jobs.split(",")]
+    intervals = [float(x) for x in args.intervals.split(",")]
+    parts = args.parts.split(",")
+    res: dict[str, Any] = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "args": vars(args),
+        "lag": [],
+    }
+    dbs = JobDBs(migrated_template())
+    if "worker" in parts:
+        res["worker"] = part_worker(dbs.template, dbs, args.messages)
+    if "beat" in parts:
+        res["beat"] = part_beat(dbs.template, dbs, max(jobs), intervals[0], args.duration)
+    if "lag" in parts:
+        for n in jobs:
+            for every in intervals:
+                res["lag"].append(part_lag(dbs, n, every, args.duration))
+    res["reload_secs"] = dbs.reload_secs
+    text = report(res)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"bench-{res['started'].replace(':', '')}.json"
+    out.write_text(json.dumps(res, indent=2, default=str))
+    print(f"\nJSON: {out}")
+
+
+if __name__ == "__main__":
+    main()
