@@ -58,7 +58,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 bench: venv redis-bin
-	$(PY) bench/run.py
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data build *.egg-info

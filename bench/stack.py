@@ -37,6 +37,8 @@ PRODUCT_ENV = {
     "NEXOPOLL_BEAT_MAX_LOOP": "1.0",
     "NEXOPOLL_SWEEP_SECS": "15",
     "NEXOPOLL_EXTRA_POLLERS": "bench.noop:NoopPoller",
+    # the workers and beats run at -l warning: nexopoll's own per-tick INFO lines too
+    "NEXOPOLL_LOG_LEVEL": "WARNING",
 }
 
 

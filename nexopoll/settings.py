@@ -79,7 +79,9 @@ def _database() -> dict:
             "timeout": 30,
             # FULL: a committed cursor (whose deliveries may already be sent) survives
             # a power loss; in WAL mode it costs one fsync per commit.
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous="
+            + env_str("NEXOPOLL_SQLITE_SYNCHRONOUS", "FULL")
+            + ";",
         }
     return db
 

@@ -13,6 +13,7 @@ import socket
 from dataclasses import dataclass
 
 import redis
+from redis.commands.core import Script
 
 KEY_PREFIX = "nexopoll:lease:"
 
@@ -58,9 +59,21 @@ def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
 
 def extend(client: redis.Redis, lease: Lease) -> bool:
     """Push the lease's expiry to ``ttl_ms`` from now; False if it is no longer ours."""
-    return bool(client.eval(_EXTEND, 1, lease.key, lease.token, lease.ttl_ms))
+    return bool(_script(client, _EXTEND)(keys=[lease.key], args=[lease.token, lease.ttl_ms]))
 
 
 def release(client: redis.Redis, lease: Lease) -> bool:
     """Drop the lease if it is still ours; False if it expired or was taken over."""
-    return bool(client.eval(_RELEASE, 1, lease.key, lease.token))
+    return bool(_script(client, _RELEASE)(keys=[lease.key], args=[lease.token]))
+
+
+_scripts: dict[tuple[int, str], Script] = {}
+
+
+def _script(client: redis.Redis, source: str) -> Script:
+    """The script registered on ``client`` (sent by SHA, loaded on first use)."""
+    key = (id(client), source)
+    script = _scripts.get(key)
+    if script is None:
+        script = _scripts[key] = client.register_script(source)
+    return script

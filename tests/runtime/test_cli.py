@@ -77,3 +77,28 @@ def test_console_script_runs_the_same_commands(cfg, settings, capsys):
     main(["list", "--json"])
     out = capsys.readouterr().out
     assert '"id": "a"' in out and "add" in out
+
+
+def test_check_refuses_a_redis_that_may_evict_schedule_keys(cfg, settings, redis_client):
+    """RELIABILITY row 15: leases, RedBeat entries and queued ticks must not be evicted."""
+    settings.NEXOPOLL_CONFIG = str(cfg.path)
+    cfg.write([scripted("a")])
+    assert "ok:" in run("check")
+    redis_client.config_set("maxmemory", "2mb")
+    redis_client.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        with pytest.raises(CommandError, match="1 problem"):
+            run("check")
+    finally:
+        redis_client.config_set("maxmemory", "0")
+        redis_client.config_set("maxmemory-policy", "noeviction")
+
+
+def test_check_reports_config_errors_with_their_line(cfg, settings):
+    settings.NEXOPOLL_CONFIG = str(cfg.path)
+    cfg.write_text("pollers:\n  jobs:\n    - id: a\n      kind: rsss\n      agent: x\n"
+                   "      schedule: {every_secs: 5}\n")  # fmt: skip
+    err = StringIO()
+    with pytest.raises(CommandError):
+        call_command("pollers", "check", stdout=StringIO(), stderr=err)
+    assert "pollers.yaml:4" in err.getvalue() and "rsss" in err.getvalue()
