@@ -59,6 +59,7 @@ from .stack import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SYNCED = "nexopoll:redbeat:nexopoll:synced"  # beat writes it once it mirrored the DB
 ROUNDS = 3  # worker part: ticks per job
 
 
@@ -99,10 +100,12 @@ def publish(stack: Stack, name: str, calls: list[tuple[list, dict]]) -> None:
             app.send_task(name, args=args, kwargs=kwargs, producer=producer)
 
 
-def drain(stack: Stack, m: int, include: str = "", warm: int = 1) -> dict[str, float]:
-    """Start one prefork -c 1 worker on a queue of m messages; measure from the moment
+def drain(
+    stack: Stack, m: int, include: str = "", warm: int = 1, concurrency: int = 1
+) -> dict[str, float]:
+    """Start one prefork worker on a queue of m messages; measure from the moment
     ``warm`` of them were consumed (caches filled, connections open) until drained."""
-    worker = stack.start("worker", worker_args(1, "drain", include), "drain")
+    worker = stack.start("worker", worker_args(concurrency, "drain", include), "drain")
     wait_for(lambda: stack.queued() <= m - warm or not worker.alive(), 120, 0.002, "warm-up")
     t0, cpu0, left = time.monotonic(), worker.cpu(), stack.queued()
     done = wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
@@ -120,11 +123,11 @@ def drain(stack: Stack, m: int, include: str = "", warm: int = 1) -> dict[str, f
     }
 
 
-def part_worker(template: Path, dbs: JobDBs, m: int) -> dict[str, Any]:
+def part_worker(template: Path, dbs: JobDBs, m: int, concurrency: int = 1) -> dict[str, Any]:
     raw = Stack(template)
     try:
         publish(raw, "bench.noop", [([], {})] * m)
-        raw_res = drain(raw, m, include="bench.rawtask", warm=m // ROUNDS)
+        raw_res = drain(raw, m, include="bench.rawtask", warm=m // ROUNDS, concurrency=concurrency)
     finally:
         raw.close()
     # m // ROUNDS jobs ticked ROUNDS times each, round-robin: the first round fills the
@@ -135,7 +138,7 @@ def part_worker(template: Path, dbs: JobDBs, m: int) -> dict[str, Any]:
     try:
         calls = [([job_id(i % jobs)], {"lease_ttl_ms": 30000}) for i in range(jobs * ROUNDS)]
         publish(nexo, "nexopoll.tick", calls)
-        nexo_res = drain(nexo, len(calls), warm=jobs)
+        nexo_res = drain(nexo, len(calls), warm=jobs, concurrency=concurrency)
         ((ticks, ok, other),) = nexo.sql(
             "SELECT SUM(ticks_total), SUM(last_status = 'ok'), "
             "SUM(last_status != 'ok') FROM poll_state"
@@ -193,7 +196,7 @@ def part_beat(template: Path, dbs: JobDBs, n: int, every: float, duration: float
         stock.close()
     nexo = Stack(dbs.get(n, every))
     try:
-        nexo_res = beat_window(nexo, NEXO_SCHEDULER, duration, ready="beat.resync")
+        nexo_res = beat_window(nexo, NEXO_SCHEDULER, duration, ready="")
     finally:
         nexo.close()
     due = n * duration / every
@@ -254,7 +257,7 @@ def part_lag(dbs: JobDBs, n: int, every: float, duration: float) -> dict[str, An
     try:
         worker = stack.start("worker", worker_args(2, "lag"), "lag")
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
-        wait_for(lambda: "beat.resync" in beat.text() or not beat.alive(), 120, 0.05, "beat")
+        wait_for(lambda: stack.redis.client().exists(SYNCED) or not beat.alive(), 120, 0.05, "beat")
         time.sleep(every)  # warm-up: one interval
         t0, wcpu0, bcpu0 = time.time(), worker.cpu(), beat.cpu()
         depth = []
@@ -335,6 +338,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=60.0, help="measurement window, s")
     p.add_argument("--messages", type=int, default=3000, help="M for the worker part")
     p.add_argument("--parts", default="worker,beat,lag")
+    p.add_argument("--concurrency", type=int, default=1, help="worker part: prefork -c")
     p.add_argument(
         "--quick", action="store_true", help="jobs 1000, interval 10, 30 s windows, M=1000"
     )
@@ -356,7 +360,7 @@ def main() -> None:
     }
     dbs = JobDBs(migrated_template())
     if "worker" in parts:
-        res["worker"] = part_worker(dbs.template, dbs, args.messages)
+        res["worker"] = part_worker(dbs.template, dbs, args.messages, args.concurrency)
     if "beat" in parts:
         res["beat"] = part_beat(dbs.template, dbs, max(jobs), intervals[0], args.duration)
     if "lag" in parts:
