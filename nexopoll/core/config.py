@@ -41,6 +41,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .envrefs import SINGLE_REF_RE as _SINGLE_REF_RE
+from .envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_strings
 from .errors import ConfigError
 from .schedule import (
     AtSchedule,
@@ -59,13 +61,9 @@ MAX_JOBS = 10_000
 MAX_EVERY_SECS = 366 * 86_400
 MAX_JITTER_MS = 86_400_000
 
-_ENV_TOKEN_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-_SINGLE_REF_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 _RFC3339_RE = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?$"
 )
-_SECRET_KEYS = frozenset({"token", "secret", "password", "api_key", "apikey", "client_secret"})
-_SECRET_SUFFIXES = ("_token", "_secret", "_password", "_api_key", "_apikey")
 _MIN_REDACT_LEN = 4
 _CANONICAL_JSON = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
@@ -142,65 +140,6 @@ class LoadedConfig:
     issues: list[ConfigIssue]
 
 
-# --- ${VAR} references -------------------------------------------------------------
-
-
-def env_refs(value: Any) -> set[str]:
-    """Names of the ``${VAR}`` references anywhere in ``value`` (escapes excluded)."""
-    names: set[str] = set()
-    for _, text in _ref_strings(value, (), []):
-        names.update(m.group(1) for m in _ENV_TOKEN_RE.finditer(text) if m.group(1))
-    return names
-
-
-def expand_env(value: Any, env: Mapping[str, str], *, path: str = "") -> Any:
-    """Return a copy of ``value`` with ``${NAME}`` replaced in every string.
-
-    ``$${`` is an escape for a literal ``${``. Mapping keys are not expanded.
-    Examples: ``"Bearer ${TOK}"`` -> ``"Bearer s3cr3t"``; ``"$${TOK}"`` -> ``"${TOK}"``.
-
-    Raises:
-        ConfigError: A variable is not set, or a ``${`` does not start a valid
-            reference. The message names the variable and never contains a value.
-    """
-    if isinstance(value, str):
-        return _expand_str(value, env, path) if "${" in value else value
-    if isinstance(value, dict):
-        return {k: expand_env(v, env, path=_join(path, k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [expand_env(v, env, path=f"{path}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-def _expand_str(text: str, env: Mapping[str, str], path: str) -> str:
-    out: list[str] = []
-    pos = 0
-    for match in _ENV_TOKEN_RE.finditer(text):
-        out.append(text[pos : match.start()])
-        name = match.group(1)
-        if match.group(0) == "$${":
-            out.append("${")
-        elif name is None:
-            raise ConfigError(
-                "malformed ${...} reference (names match [A-Za-z_][A-Za-z0-9_]*; "
-                "write $${ for a literal ${)",
-                path=path or None,
-            )
-        elif name not in env:
-            raise ConfigError(f"environment variable {name} is not set", path=path or None)
-        else:
-            out.append(env[name])
-        pos = match.end()
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def is_secret_key(key: str) -> bool:
-    """True for binding keys that hold secrets: ``token``, ``api_key``, ``*_secret``…"""
-    norm = key.lower().replace("-", "_")
-    return norm in _SECRET_KEYS or norm.endswith(_SECRET_SUFFIXES)
-
-
 def _walk(value: Any, rel: Path) -> Iterator[tuple[Path, Any]]:
     yield rel, value
     if isinstance(value, dict):
@@ -209,24 +148,6 @@ def _walk(value: Any, rel: Path) -> Iterator[tuple[Path, Any]]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _walk(item, (*rel, index))
-
-
-def _ref_strings(value: Any, rel: Path, out: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
-    """Append ``(path, string)`` for every string under ``value`` that contains ``${``."""
-    if isinstance(value, str):
-        if "${" in value:
-            out.append((rel, value))
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _ref_strings(item, (*rel, key), out)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _ref_strings(item, (*rel, index), out)
-    return out
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
 
 
 def _fmt(label: str, rel: Path) -> str:
@@ -486,7 +407,7 @@ def _env_problems(rel: Path, value: Any, env: Mapping[str, str]) -> Iterator[tup
         if name not in env:
             yield rel, f"environment variable {name} is not set"
     try:
-        _expand_str(value, {name: "" for name in env_refs(value)}, "")
+        expand_text(value, {name: "" for name in env_refs(value)}, "")
     except ConfigError as exc:
         yield rel, exc.reason
 
@@ -558,7 +479,7 @@ class _JobLoader:
             problems.append((("id",), f"invalid job id (must match {JOB_ID_RE.pattern})"))
         self._check_names(model, problems)
         outside = {k: v for k, v in item.items() if k != "config"}
-        for rel, _ in _ref_strings(outside, (), []):
+        for rel, _ in ref_strings(outside, (), []):
             message = "${...} references are only allowed inside config: and agents: bindings"
             problems.append((rel, message))
         schedule = self._schedule(model.schedule, problems)
@@ -634,7 +555,7 @@ class _JobLoader:
         self, raw: dict[str, Any], problems: list[tuple[Path, str]], redact: list[str]
     ) -> dict[str, Any] | None:
         """The config with ``${VAR}`` expanded, or None after recording why it cannot be."""
-        refs = _ref_strings(raw, ("config",), [])
+        refs = ref_strings(raw, ("config",), [])
         before = len(problems)
         for rel, text in refs:
             problems.extend(_env_problems(rel, text, self.env))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import env_refs
+from .envrefs import env_refs
 
 MIN_SECRET_CHARS = 4  # shorter values would blank out ordinary words
 MASK = "***"
