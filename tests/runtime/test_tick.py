@@ -6,6 +6,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from nexopoll import services
@@ -82,7 +83,14 @@ def test_a_tick_whose_epoch_moved_on_is_fenced(cfg, redis_client):
     redis_client.set("test:block_once:a", "1")
     redis_client.set("test:hold:a", "1")
     result = {}
-    t = threading.Thread(target=lambda: result.update(r=tick_job("a", now=timezone.now())))
+
+    def first_tick() -> None:
+        try:
+            result["r"] = tick_job("a", now=timezone.now())
+        finally:
+            connection.close()  # this thread's own DB connection
+
+    t = threading.Thread(target=first_tick)
     t.start()
     wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="tick at the barrier")
     redis_client.delete(lease.lease_key("a"))  # failover / eviction
