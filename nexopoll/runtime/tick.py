@@ -69,6 +69,7 @@ class _Tick:
     crash_count: int
     now: datetime
     held: lease.Lease | None
+    next_slot_at: datetime | None
 
 
 def tick_job(
@@ -131,7 +132,8 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
     # died with its worker (every other way out clears running_since).
     crashed = row["running_since"] is not None and not manual
     t = _Tick(job, row, start, policy, row["epoch"] + 1,
-              row["crash_count"] + 1 if crashed else 0, now, held)  # fmt: skip
+              row["crash_count"] + 1 if crashed else 0, now, held,
+              next_slot(job.schedule, after=now, offset=job.offset))  # fmt: skip
     if dry_run:
         return _execute(t)[0]
     started = {"last_started_at": now, "crash_count": t.crash_count,
@@ -152,7 +154,6 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
     """Call the poller (unless the crash cap says not to) and decide what its result means."""
     job, now = t.job, t.now
     host = TickHost(job.job_id, job.agent, job.agent_bindings, os.environ)
-    nxt = next_slot(job.schedule, after=now, offset=job.offset)
     started = time.monotonic()
     ack: TickAck | None = None
     exc: BaseException | None = None
@@ -182,7 +183,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
             log.warning("tick.unexpected_error job=%s\n%s", job.job_id, redact(_tb(exc), secrets))
         retry_after = getattr(exc, "retry_after", None)
         decision = plan_failure(t.start, classify(exc), message, now=now, policy=t.policy,
-                                next_slot_at=nxt, retry_after=retry_after)  # fmt: skip
+                                next_slot_at=t.next_slot_at, retry_after=retry_after)  # fmt: skip
         report.status, report.error = decision.status, message
     report.deliveries += _notices(job, decision, now)
     if decision.retry_in is not None:
@@ -195,8 +196,7 @@ def _finish(
 ) -> TickReport:
     """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
     job_id = t.job.job_id
-    nxt = next_slot(t.job.schedule, after=t.now, offset=t.job.offset)
-    fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=nxt, ack=ack)
+    fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack)
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     held = t.held
