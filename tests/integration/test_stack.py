@@ -209,14 +209,25 @@ def test_sigterm_mid_tick_finishes_the_tick_and_loses_nothing(stack):
 
 
 def test_cron_with_seconds_fires_on_its_slots(stack):
-    """A 6-field cron entry, stored through the RedBeat encoder, fires at its seconds."""
+    """A 6-field cron entry, stored through the RedBeat encoder, fires at its seconds.
+
+    Asserted on what beat schedules (every score it writes is a cron slot, a whole
+    second divisible by 3) and on the ticks (one per slot), not on how fast a loaded
+    machine starts them.
+    """
     stack.write([job("c", schedule={"cron": "*/3 * * * * *", "tz": "Asia/Kolkata"})])
     stack.reload()
     stack.worker()
     stack.beat()
-    wait_for(lambda: stack.redis.llen("test:now:c") >= 3, 40, what="three cron ticks")
+    scores: set[float] = set()
+
+    def three_ticks() -> bool:
+        scores.add(stack.redis.zscore(keys.schedule_key(), keys.entry_key("c")))
+        return stack.redis.llen("test:now:c") >= 4
+
+    wait_for(three_ticks, 60, interval=0.2, what="four cron ticks")
+    assert len(scores) >= 2 and all(s == int(s) and int(s) % 3 == 0 for s in scores)
     stamps = [float(x) for x in stack.redis.lrange("test:now:c", 0, -1)]
-    slots = [int(s // 3) for s in stamps]
+    # the first tick may catch up a slot missed while beat was starting
+    slots = [int(s // 3) for s in stamps[1:]]
     assert len(set(slots)) == len(slots)  # one tick per slot
-    # each tick starts shortly after a multiple of 3 s (generous bound: a loaded CI box)
-    assert all(s - slot * 3 < 2.5 for s, slot in zip(stamps, slots, strict=True))
