@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -28,6 +30,8 @@ from nexopoll.core.schedule import (
 )
 
 from ..models import Agent, PollJob
+
+log = logging.getLogger("nexopoll.tick")
 
 
 @dataclass(frozen=True)
@@ -112,13 +116,31 @@ def from_row(job: PollJob, bindings: dict[str, Any]) -> JobDef:
 
 
 _cache: dict[str, JobDef] = {}
+_bulk_loaded_at = float("-inf")
+# A worker meets every job sooner or later (ticks land on any worker), so a miss loads
+# all definitions in two queries rather than one job per tick: after a start or a
+# reload, 10,000 jobs cost one bulk load per process instead of 20,000 queries.
+BULK_LOAD_EVERY_SECS = 60.0
 
 
 def get(job_id: str, definition_hash: str) -> JobDef | None:
     """The job's definition for ``definition_hash``; None if the job is not defined."""
+    global _bulk_loaded_at
     cached = _cache.get(job_id)
     if cached is not None and cached.definition_hash == definition_hash:
         return cached
+    if time.monotonic() - _bulk_loaded_at > BULK_LOAD_EVERY_SECS:
+        _bulk_loaded_at = time.monotonic()
+        agents = dict(Agent.objects.values_list("agent_id", "bindings"))
+        _cache.clear()
+        for job in PollJob.objects.all():
+            try:
+                _cache[job.job_id] = from_row(job, agents.get(job.agent, {}))
+            except Exception:  # one unreadable row must not stop every other job's tick
+                log.exception("definitions.unreadable job=%s", job.job_id)
+        cached = _cache.get(job_id)
+        if cached is None or cached.definition_hash == definition_hash:
+            return cached
     job = PollJob.objects.filter(job_id=job_id).first()
     if job is None:
         _cache.pop(job_id, None)
