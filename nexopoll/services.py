@@ -236,7 +236,7 @@ def run_job(job_id: str, *, now: datetime, dry_run: bool = False) -> TickReport:
     return tick_job(job_id, now=now, manual=True, dry_run=dry_run)
 
 
-def _cursor_text(cursor: bytes | memoryview | None) -> str | None:
+def cursor_text(cursor: bytes | memoryview | None) -> str | None:
     if cursor is None:
         return None
     raw = bytes(cursor)
@@ -285,7 +285,7 @@ def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
     state = PollState.objects.filter(job_id=job_id).first()
     view = job_view(job, state, now=now)
     view["config"] = job.config  # as written: ${VAR} references, never their values
-    view["cursor"] = _cursor_text(state.cursor) if state else None
+    view["cursor"] = cursor_text(state.cursor) if state else None
     view["pending_deliveries"] = job_pending(job_id)
     return view
 

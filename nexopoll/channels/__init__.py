@@ -70,10 +70,3 @@ def get_channel(name: str) -> Channel:
         raise ConfigError(
             f"unknown channel {name!r}; installed channels: {', '.join(sorted(_channels))}"
         ) from None
-
-
-def channel_names() -> list[str]:
-    global _channels
-    if _channels is None:
-        _channels = _load()
-    return sorted(_channels)

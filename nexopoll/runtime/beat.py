@@ -92,7 +92,7 @@ class NexoSchedule(BaseSchedule):
 class NexoJSONEncoder(RedBeatJSONEncoder):
     def default(self, obj: Any) -> Any:
         if isinstance(obj, NexoSchedule):
-            return {"__type__": "nexopoll", "schedule": obj.spec, "offset_ms": obj.offset_ms}
+            return schedule_json(obj.spec, obj.offset_ms)
         return super().default(obj)
 
 

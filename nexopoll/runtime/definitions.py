@@ -131,21 +131,31 @@ def get(job_id: str, definition_hash: str) -> JobDef | None:
         return cached
     if time.monotonic() - _bulk_loaded_at > BULK_LOAD_EVERY_SECS:
         _bulk_loaded_at = time.monotonic()
-        agents = dict(Agent.objects.values_list("agent_id", "bindings"))
         _cache.clear()
-        for job in PollJob.objects.all():
-            try:
-                _cache[job.job_id] = from_row(job, agents.get(job.agent, {}))
-            except Exception:  # one unreadable row must not stop every other job's tick
-                log.exception("definitions.unreadable job=%s", job.job_id)
+        _cache.update((jd.job_id, jd) for jd in load_all())
         cached = _cache.get(job_id)
         if cached is None or cached.definition_hash == definition_hash:
             return cached
-    job = PollJob.objects.filter(job_id=job_id).first()
-    if job is None:
+    loaded = load_all([job_id])
+    if not loaded:
         _cache.pop(job_id, None)
         return None
-    agent = Agent.objects.filter(agent_id=job.agent).values_list("bindings", flat=True).first()
-    jd = from_row(job, agent or {})
-    _cache[job_id] = jd
-    return jd
+    _cache[job_id] = loaded[0]
+    return loaded[0]
+
+
+def load_all(job_ids: list[str] | None = None) -> list[JobDef]:
+    """Definitions of ``job_ids`` (all jobs when None), with their agents' bindings.
+
+    A row that cannot be read is logged and left out: it must not stop every
+    other job (reload validated it, so this takes a hand-edited DB).
+    """
+    agents = dict(Agent.objects.values_list("agent_id", "bindings"))
+    rows = PollJob.objects.all() if job_ids is None else PollJob.objects.filter(job_id__in=job_ids)
+    out = []
+    for job in rows:
+        try:
+            out.append(from_row(job, agents.get(job.agent, {})))
+        except Exception:
+            log.exception("definitions.unreadable job=%s", job.job_id)
+    return out

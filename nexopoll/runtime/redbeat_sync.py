@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from nexopoll.core.schedule import next_slot
+from nexopoll.core.schedule import next_slot, schedule_to_dict
 
-from ..models import Agent, PollJob
+from ..models import PollJob
 from . import keys
-from .definitions import JobDef, from_row
+from .beat import schedule_json
+from .definitions import JobDef, load_all
 
 log = logging.getLogger("nexopoll.beat")
 
@@ -32,20 +33,12 @@ def entry_definition(job: JobDef, *, now: datetime) -> str:
         # A tick still queued an interval (at least 30 s) after it was sent is dropped:
         # a later one polls from the same cursor. A one-shot never expires: it has no later one.
         "options": {} if job.one_shot else {"expires": max(interval, 30.0)},
-        "schedule": {
-            "__type__": "nexopoll",
-            "schedule": _schedule_dict(job),
-            "offset_ms": int(job.offset.total_seconds() * 1000),
-        },
+        "schedule": schedule_json(
+            schedule_to_dict(job.schedule), int(job.offset.total_seconds() * 1000)
+        ),
         "enabled": True,
     }
     return json.dumps(definition, sort_keys=True)
-
-
-def _schedule_dict(job: JobDef) -> dict[str, Any]:
-    from nexopoll.core.schedule import schedule_to_dict
-
-    return schedule_to_dict(job.schedule)
 
 
 def _score(job: JobDef, now: datetime) -> float:
@@ -86,14 +79,9 @@ def delete_entries(client: Any, job_ids: Iterable[str]) -> int:
     return len(ids)
 
 
-def load_jobdefs() -> list[JobDef]:
-    agents = dict(Agent.objects.values_list("agent_id", "bindings"))
-    return [from_row(job, agents.get(job.agent, {})) for job in PollJob.objects.all()]
-
-
 def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
     """Make RedBeat's job entries match the DB; return counts of what changed."""
-    jobs = {j.job_id: j for j in load_jobdefs()}
+    jobs = {j.job_id: j for j in load_all()}
     installed: dict[str, str] = client.hgetall(keys.hashes_key())
     prefix = keys.key_prefix() + keys.ENTRY_PREFIX
     scheduled = {
@@ -104,8 +92,7 @@ def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
     missing = [
         j for i, j in jobs.items() if i not in scheduled and installed.get(i) == j.definition_hash
     ]
-    write_entries(client, changed, now=now)
-    write_entries(client, missing, now=now)
+    write_entries(client, changed + missing, now=now)
     delete_entries(client, stale)
     client.set(keys.synced_key(), now.isoformat())
     return {
@@ -119,10 +106,7 @@ def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
 
 def sync_jobs(client: Any, *, upsert: Iterable[str], remove: Iterable[str], now: datetime) -> None:
     """Apply a reload's changes to RedBeat right away (beat's resync covers a failure here)."""
-    ids = list(upsert)
-    agents = dict(Agent.objects.values_list("agent_id", "bindings"))
-    jobs = [from_row(j, agents.get(j.agent, {})) for j in PollJob.objects.filter(job_id__in=ids)]
-    write_entries(client, jobs, now=now)
+    write_entries(client, load_all(list(upsert)), now=now)
     delete_entries(client, remove)
 
 

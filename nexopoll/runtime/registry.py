@@ -49,14 +49,8 @@ class Registry:
                 f"unknown kind {kind!r}; known kinds: {', '.join(sorted(self._pollers))}"
             ) from None
 
-    def kinds(self) -> list[str]:
-        return sorted(self._pollers)
-
     def validators(self) -> dict[str, Any]:
         return {kind: p.validate for kind, p in self._pollers.items()}
-
-    def source(self, kind: str) -> str:
-        return self._sources[kind]
 
 
 def _instantiate(obj: Any) -> Poller:

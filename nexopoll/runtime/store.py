@@ -23,8 +23,6 @@ STATE_COLUMNS = (
 )  # fmt: skip
 _DATETIMES = {"breaker_open_until", "breaker_trial_at", "running_since", "last_failure_alert_at"}
 _SELECT = f"SELECT {', '.join(STATE_COLUMNS)} FROM poll_state WHERE job_id = %s"
-# Counters that a commit adds to instead of setting.
-INCREMENTS = ("ticks_total", "items_seen_total", "items_dispatched_total")
 
 
 class Fenced(Exception):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -11,15 +10,6 @@ from django.utils import timezone
 
 from nexopoll import services
 from nexopoll.core.config import ConfigFileError
-
-
-def _cursor(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "base64:" + base64.b64encode(raw).decode()
 
 
 class Command(BaseCommand):
@@ -98,7 +88,7 @@ class Command(BaseCommand):
             "job_id": report.job_id, "status": report.status, "reason": report.reason,
             "error": report.error, "epoch": report.epoch, "items_seen": report.items_seen,
             "items_dispatched": report.items_dispatched, "committed": report.committed,
-            "dry_run": opts["dry_run"], "next_cursor": _cursor(report.next_cursor),
+            "dry_run": opts["dry_run"], "next_cursor": services.cursor_text(report.next_cursor),
             "deliveries": [
                 {"channel": d.channel, "to": d.recipient, "payload": d.payload,
                  "purpose": d.purpose}
