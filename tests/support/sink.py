@@ -1,70 +1,62 @@
-"""A webhook receiver on loopback that records every delivery it is sent."""
+"""A webhook receiver on loopback that records every delivery it is sent.
+
+Built on :class:`tests.support.httpserver.TestHTTPServer`: each POST to ``/hook``
+is answered 200 and kept in the server's request log; ``hits`` reads it back as
+``(delivery_id, signature, timestamp, body, raw)`` records.
+"""
 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .httpserver import TestHTTPServer, reply
+
+PATH = "/hook"
 
 
 class Sink:
-    """Records ``(delivery_id, body)`` for each POST; answers ``status`` (default 200)."""
-
     def __init__(self) -> None:
-        self.hits: list[dict[str, Any]] = []
-        self.status = 200
-        self._lock = threading.Lock()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with sink._lock:
-                    sink.hits.append({
-                        "delivery_id": self.headers.get("X-Nexopoll-Delivery-Id"),
-                        "signature": self.headers.get("X-Nexopoll-Signature"),
-                        "timestamp": self.headers.get("X-Nexopoll-Timestamp"),
-                        "body": json.loads(body or b"{}"),
-                        "raw": body,
-                    })  # fmt: skip
-                    status = sink.status
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = TestHTTPServer().route("POST", PATH, reply(200))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        return self.server.url(PATH)
 
     def __enter__(self) -> Sink:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
+
+    @property
+    def hits(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "delivery_id": r.header("X-Nexopoll-Delivery-Id"),
+                "signature": r.header("X-Nexopoll-Signature"),
+                "timestamp": r.header("X-Nexopoll-Timestamp"),
+                "body": json.loads(r.body or b"{}"),
+                "raw": r.body,
+            }
+            for r in self.server.requests
+            if r.method == "POST" and r.path == PATH
+        ]
 
     def items(self, job_id: str | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            return [
-                h for h in self.hits
-                if h["body"].get("payload", {}).get("item_id") is not None
-                and (job_id is None or h["body"].get("job_id") == job_id)
-            ]  # fmt: skip
+        return [
+            h
+            for h in self.hits
+            if h["body"].get("payload", {}).get("item_id") is not None
+            and (job_id is None or h["body"].get("job_id") == job_id)
+        ]
 
     def item_ids(self, job_id: str | None = None) -> list[int]:
         return [h["body"]["payload"]["item_id"] for h in self.items(job_id)]
 
     def purposes(self, text: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [h for h in self.hits if text in h["body"].get("payload", {}).get("text", "")]
+        return [h for h in self.hits if text in h["body"].get("payload", {}).get("text", "")]
 
 
 def assert_no_loss_dup_safe(sink: Sink, job_id: str, published: list[int]) -> None:
