@@ -66,6 +66,9 @@ class PollerHost(Protocol):
     """The poller's single egress. Pollers never touch Redis, the DB or Celery.
 
     ``deliver`` only records the delivery: nothing is sent before the tick commits.
+    ``after_commit`` registers a side effect on the source (marking mail read) that
+    runs only once the tick's cursor and deliveries are committed: never for a
+    failed, fenced or dry-run tick. A callback that raises is logged, not retried.
     """
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None: ...
@@ -79,6 +82,8 @@ class PollerHost(Protocol):
     def metric_inc(self, name: str, **labels: str) -> None: ...
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def after_commit(self, callback: Callable[[], None]) -> None: ...
 
 
 @dataclass(frozen=True)

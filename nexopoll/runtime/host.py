@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class TickHost:
     bindings: dict[str, Any]
     env: Any
     deliveries: list[PendingDelivery] = field(default_factory=list)
+    post_commit: list[Callable[[], None]] = field(default_factory=list)
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
         get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
@@ -63,3 +65,15 @@ class TickHost:
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         raise PermanentError("no LLM provider is configured in this build")
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        self.post_commit.append(callback)
+
+
+def run_after_commit(job_id: str, callbacks: list[Callable[[], None]]) -> None:
+    """Run a committed tick's side effects in order; a failure is logged and the rest still run."""
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.warning("tick.after_commit_failed job=%s", job_id, exc_info=True)

@@ -33,7 +33,7 @@ from nexopoll.core.schedule import next_slot
 from ..models import Delivery
 from . import definitions, lease, store
 from .definitions import JobDef
-from .host import PendingDelivery, TickHost
+from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
 from .registry import get_registry
 from .store import Fenced
@@ -55,6 +55,7 @@ class TickReport:
     retry_at: datetime | None = None  # when Celery should retry a transient failure
     error: str = ""
     committed: bool = False
+    after_commit: list = field(default_factory=list)  # the poller's post-commit side effects
 
 
 @dataclass
@@ -173,6 +174,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         report.items_seen, report.items_dispatched = ack.items_seen, ack.items_dispatched
         report.next_cursor = ack.next_cursor
         report.deliveries = list(host.deliveries)
+        report.after_commit = list(host.post_commit)
     else:
         secrets = job.secret_values(os.environ)
         message = redact(_describe(exc), secrets)
@@ -212,6 +214,7 @@ def _finish(
     if report.delivery_ids:
         ids = report.delivery_ids
         transaction.on_commit(lambda: enqueue_deliveries(ids))
+    run_after_commit(job_id, report.after_commit)
     if decision.not_before is not None:
         _move_entry(job_id, decision.not_before, later_only=True)
     if t.job.one_shot and report.status == "transient" and report.retry_at is None:

@@ -16,6 +16,7 @@ import ipaddress
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,6 +42,7 @@ class FakeHost:
     logs: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     metrics: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     published: list[tuple[str, bytes]] = field(default_factory=list)
+    post_commit: list[Callable[[], None]] = field(default_factory=list)
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
         self.deliveries.append(Delivered(channel, recipient, payload))
@@ -59,6 +61,15 @@ class FakeHost:
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError("FakeHost has no LLM")
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        self.post_commit.append(callback)
+
+    def commit(self) -> None:
+        """Play the runtime after a successful commit: run the registered side effects."""
+        callbacks, self.post_commit = self.post_commit, []
+        for callback in callbacks:
+            callback()
 
     @property
     def texts(self) -> list[str]:
