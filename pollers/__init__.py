@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from nexopoll.core.contract import Poller
 
+from .gmail import GmailPoller
+from .google_calendar import GoogleCalendarPoller
 from .webhook_poll import WebhookPollPoller
 
-BUILTINS: list[type[Poller]] = [WebhookPollPoller]
+BUILTINS: list[type[Poller]] = [WebhookPollPoller, GmailPoller, GoogleCalendarPoller]
 
-__all__ = ["BUILTINS", "WebhookPollPoller"]
+__all__ = ["BUILTINS", "GmailPoller", "GoogleCalendarPoller", "WebhookPollPoller"]
