@@ -9,7 +9,8 @@
   (``addLabelIds`` / ``removeLabelIds``).
 - Calendar v3: ``GET /calendar/v3/calendars/<id>/events`` with ``pageToken``,
   ``maxResults``, ``syncToken`` (``s<N>``: changes after change number N),
-  ``nextPageToken`` / ``nextSyncToken``; a sync token in ``gone`` answers 410.
+  ``nextPageToken`` / ``nextSyncToken``; after ``expire_sync_tokens()`` every
+  token issued before answers 410.
 
 Every API call needs ``Authorization: Bearer <a token this server issued>``, else
 401. ``fail(kind, *replies)`` queues scripted answers for the next calls of one
@@ -81,7 +82,7 @@ class FakeGoogle:
         self.messages: dict[str, dict[str, Any]] = {}
         self.events: dict[str, dict[str, Any]] = {}
         self.seq = 0
-        self.gone: set[str] = set()
+        self.generation = 0  # expire_sync_tokens() moves it on; older tokens answer 410
         self.on_get = None  # test hook: called (in the server thread) before a message get
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -151,7 +152,10 @@ class FakeGoogle:
 
     def expire_sync_tokens(self) -> None:
         with self.lock:
-            self.gone.update(f"s{i}" for i in range(self.seq + 1))
+            self.generation += 1
+
+    def _sync_token(self) -> str:
+        return f"s{self.seq}" + (f"-{self.generation}" if self.generation else "")
 
     # --- request handling -------------------------------------------------------------
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple:
@@ -237,9 +241,11 @@ class FakeGoogle:
 
     def _events(self, path: str, query: dict[str, str], body: bytes) -> tuple:
         sync = query.get("syncToken")
-        if sync is not None and (sync in self.gone or not sync.startswith("s")):
-            return 410, {"error": {"code": 410, "message": "Sync token is no longer valid."}}
-        after = int(sync[1:]) if sync else -1
+        if sync is not None:
+            seq, _, gen = sync.removeprefix("s").partition("-")
+            if not sync.startswith("s") or int(gen or 0) != self.generation:
+                return 410, {"error": {"code": 410, "message": "Sync token is no longer valid."}}
+        after = int(seq) if sync else -1
         items = sorted(self.events.values(), key=lambda e: e["_seq"])
         if sync is None:
             items = [e for e in items if e["status"] != "cancelled"]
@@ -255,7 +261,7 @@ class FakeGoogle:
         if start + size < len(items):
             doc["nextPageToken"] = str(start + size)
         else:
-            doc["nextSyncToken"] = f"s{self.seq}"
+            doc["nextSyncToken"] = self._sync_token()
         return 200, doc
 
 
