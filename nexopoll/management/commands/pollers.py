@@ -36,11 +36,14 @@ class Command(BaseCommand):
         p.add_argument("--strict", action="store_true", help="refuse the reload on any error")
         p.add_argument("--json", action="store_true")
         sub.add_parser("check", help="validate pollers.yaml and the Redis set-up")
+        p = sub.add_parser("import-legacy", help="translate a legacy gmail-poller.yaml")
+        p.add_argument("path", help="the legacy config/plugins/gmail-poller.yaml")
+        p.add_argument("--write", action="store_true", help="merge into NEXOPOLL_CONFIG")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         verb = opts["verb"]
         try:
-            getattr(self, f"do_{verb}")(**opts)
+            getattr(self, f"do_{verb.replace('-', '_')}")(**opts)
         except services.UnknownJob as exc:
             raise CommandError(str(exc)) from None
         except ConfigFileError as exc:
@@ -155,3 +158,8 @@ class Command(BaseCommand):
         if errors:
             raise CommandError(f"{len(errors)} problem(s) found")
         self.stdout.write("ok: pollers.yaml valid, Redis reachable")
+
+    def do_import_legacy(self, path: str, **opts: Any) -> None:
+        from nexopoll.legacy_import import import_legacy_command
+
+        import_legacy_command(self, path, write=opts["write"])
