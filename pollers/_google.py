@@ -66,6 +66,10 @@ class GoneError(PermanentError):
     """HTTP 410 from a Google API (an expired sync or page token)."""
 
 
+class NotFoundError(PermanentError):
+    """HTTP 404 from a Google API (a deleted message, an unknown calendar)."""
+
+
 def api_base(env_name: str, default: str) -> str:
     """The operator's API base URL from the environment (no trailing slash)."""
     value = (os.environ.get(env_name) or default).strip().rstrip("/")
@@ -408,7 +412,7 @@ def raise_for_status(resp: http.Response, what: str, *, now: datetime | None = N
     if status == 410:
         raise GoneError(f"{what}: HTTP 410 Gone{detail}")
     if status == 404:
-        raise PermanentError(f"{what}: HTTP 404 Not Found{detail}")
+        raise NotFoundError(f"{what}: HTTP 404 Not Found{detail}")
     try:
         http.classify_status(status, resp.headers, now=now)
     except http.TransientHTTPError as exc:

@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic import model_validator as _model_validator
 
 from nexopoll.core.contract import CancelToken, PollContext, Poller, TickAck, ToolSpec
-from nexopoll.core.errors import PermanentError
+from nexopoll.core.errors import CredentialsMissingError, PermanentError
 from nexopoll.core.templates import TemplateError, check_template, render
 
 from . import _google
@@ -205,14 +205,18 @@ class GmailPoller(Poller):
     def count_unread(self, args: dict[str, Any]) -> dict[str, Any]:
         """The ``gmail_count_unread`` tool.
 
-        The dispatcher adds the job's context under ``args["job"]``:
-        ``{"config": <expanded job config>, "credentials": {"google": <binding>}}``.
-        Counts up to ``MAX_LIST_PAGES * 500`` ids; ``capped`` says the count stopped there.
+        The runtime adds the job's context (:func:`nexopoll.runtime.host.call_job_tool`)
+        under ``args["job"]``: ``{"config": <expanded job config>, "credentials":
+        {"google": <binding>}}``. Counts up to ``MAX_LIST_PAGES * 500`` ids;
+        ``capped`` says the count stopped there. Nothing is marked, delivered or stored.
         """
         job = args.get("job") or {}
         cfg = self.parse_config(job.get("config") or {})
         cancel = CancelToken(deadline=time.monotonic() + 30)
-        api = _api((job.get("credentials") or {}).get("google") or {}, cancel)
+        credentials = job.get("credentials") or {}
+        if "google" not in credentials:
+            raise CredentialsMissingError("gmail_count_unread: the job has no google binding")
+        api = _api(credentials["google"], cancel)
         query = f"is:unread ({cfg.search})"
         count, page_token, pages = 0, None, 0
         while True:
@@ -272,10 +276,8 @@ def fetch_message(api: _google.GoogleAPI, ident: str) -> MailMessage | None:
             params={"format": "full"},
             what="gmail messages.get",
         )
-    except PermanentError as exc:
-        if "HTTP 404" in str(exc):
-            return None
-        raise
+    except _google.NotFoundError:
+        return None
     if not doc.get("id"):
         doc = {**doc, "id": ident}
     return parse_message(doc)

@@ -77,3 +77,31 @@ def run_after_commit(job_id: str, callbacks: list[Callable[[], None]]) -> None:
             callback()
         except Exception:
             log.warning("tick.after_commit_failed job=%s", job_id, exc_info=True)
+
+
+def call_job_tool(job_id: str, tool: str, args: dict[str, Any]) -> Any:
+    """Run a poller's custom tool (``Poller.custom_tools``) for one job: no tick, no state.
+
+    The handler gets ``args`` plus ``args["job"] = {"config", "credentials"}``: the
+    job's expanded config and its agent's expanded bindings.
+
+    Raises:
+        ConfigError: unknown job, or the job's kind has no such tool.
+    """
+    import os
+
+    from . import definitions
+    from .registry import get_registry
+
+    jobs = definitions.load_all([job_id])
+    if not jobs:
+        raise ConfigError(f"unknown job {job_id!r}")
+    job = jobs[0]
+    poller = get_registry().get(job.kind)
+    spec = next((t for t in poller.custom_tools() if t.name == tool), None)
+    if spec is None:
+        raise ConfigError(f"kind {job.kind!r} has no tool {tool!r}")
+    host = TickHost(job.job_id, job.agent, job.agent_bindings, os.environ)
+    credentials = {name: host.credentials_get(name) for name in job.agent_bindings}
+    context = {"config": job.expanded_config(os.environ), "credentials": credentials}
+    return spec.handler({**args, "job_id": job_id, "job": context})

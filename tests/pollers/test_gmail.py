@@ -360,3 +360,34 @@ def test_gmail_count_unread_counts_without_changing_anything(google, binding):
     assert result == {"job_id": "leads", "unread": 4, "capped": False}
     assert google.calls("modify") == [] and google.calls("get") == []
     assert "is:unread" in google.calls("list")[0]["query"]["q"]
+
+
+def test_legacy_style_text_client_files_complete_the_token_file(google, tmp_path):
+    (tmp_path / "cid.txt").write_text(google.client_id + "\n")
+    (tmp_path / "cs.txt").write_text(google.client_secret + "\n")
+    token = tmp_path / "tok.json"
+    token.write_text(json.dumps({"refresh_token": "rt-good", "token_uri": google.token_uri}))
+    binding = {"client_id_path": str(tmp_path / "cid.txt"), "token_path": str(token),
+               "client_secret_path": str(tmp_path / "cs.txt")}  # fmt: skip
+    google.add_message(gmail_message("m1"))
+    _, host = run({}, binding)
+    assert len(host.deliveries) == 1
+    assert f"client_id={google.client_id}" in google.calls("token")[0]["body"].decode()
+
+
+def test_a_reauthorized_token_file_is_picked_up_without_a_restart(google, binding):
+    google.token_mode = "revoked"
+    with pytest.raises(PermanentError):
+        run({}, binding)
+    google.token_mode = "ok"
+    with pytest.raises(PermanentError):  # remembered: no new refresh for the same file
+        run({}, binding)
+    path = binding["token_path"]
+    doc = json.loads(open(path).read())
+    doc["refresh_token"] = "rt-good"
+    doc["note"] = "re-authorized"
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    google.add_message(gmail_message("m1"))
+    _, host = run({}, binding)
+    assert len(host.deliveries) == 1

@@ -84,3 +84,16 @@ def test_a_revoked_token_pauses_the_job(cfg, google):
     state = PollState.objects.get(job_id="leads")
     assert report.status == "permanent" and state.paused
     assert "expired or revoked" in state.paused_reason
+
+
+def test_gmail_count_unread_tool_through_the_runtime_changes_no_state(cfg, google):
+    from nexopoll.runtime.host import call_job_tool
+
+    for i in range(3):
+        google.add_message(gmail_message(f"m{i}"))
+    before = PollState.objects.filter(job_id="leads").values().get()
+    result = call_job_tool("leads", "gmail_count_unread", {})
+    assert result == {"job_id": "leads", "unread": 3, "capped": False}
+    assert PollState.objects.filter(job_id="leads").values().get() == before
+    assert not Delivery.objects.exists() and google.calls("modify") == []
+    assert all(google.unread(f"m{i}") for i in range(3))
