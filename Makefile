@@ -5,9 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 REDIS_URL ?= redis://127.0.0.1:6379/0
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
-export REDIS_URL
+PORT ?= 8000
+# the demo jobs in config/pollers.yaml poll the web process
+NEXOPOLL_DEMO_BASE ?= http://127.0.0.1:$(PORT)
+export REDIS_URL PORT NEXOPOLL_DEMO_BASE
+# processes find gunicorn, celery and python on PATH (the Procfile names no venv path)
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run test test-pg venv redis-bin redis migrate reload lint bench clean
+.PHONY: run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,14 +27,15 @@ redis-bin:
 	@command -v redis-server >/dev/null || { echo "installing redis-server (apt-get)"; \
 	  apt-get update -qq && apt-get install -y -qq redis-server; }
 
-# Use the Redis at REDIS_URL, or start one with its data under data/.
-redis: venv redis-bin
+# Use the Redis at REDIS_URL, or start one with its data under data/ (`make stop` stops it).
+redis: venv
 	@mkdir -p data
 	@if $(PY) -c "import redis,os; redis.Redis.from_url(os.environ['REDIS_URL']).ping()" 2>/dev/null; then \
 	  echo "redis: using $(REDIS_URL)"; \
 	else \
+	  $(MAKE) --no-print-directory redis-bin; \
 	  port=$$($(PY) -c "import os,urllib.parse as u; print(u.urlsplit(os.environ['REDIS_URL']).port or 6379)"); \
-	  echo "redis: starting redis-server on port $$port (data in data/)"; \
+	  echo "redis: starting redis-server on port $$port (data in data/; \`make stop\` stops it)"; \
 	  redis-server --daemonize yes --bind 127.0.0.1 --port $$port --dir $(CURDIR)/data \
 	    --appendonly yes --appendfsync everysec --logfile $(CURDIR)/data/redis.log \
 	    --pidfile $(CURDIR)/data/redis.pid; \
@@ -43,8 +49,33 @@ migrate: venv
 reload: migrate
 	$(PY) manage.py pollers reload
 
-run: venv redis migrate reload
-	$(VENV)/bin/honcho start -f Procfile web worker beat
+static: venv
+	@$(PY) manage.py collectstatic --noinput -v 0
+
+# Flower needs credentials: NEXOPOLL_FLOWER_BASIC_AUTH, or a password generated once under data/.
+flower-auth:
+	@mkdir -p data
+	@if [ -z "$$NEXOPOLL_FLOWER_BASIC_AUTH" ] && [ ! -s data/flower-password ]; then \
+	  $(PY) -c "import secrets; print(secrets.token_urlsafe(18))" > data/flower-password; \
+	  chmod 600 data/flower-password; fi
+
+run: venv redis migrate reload static flower-auth
+	@if [ -z "$$NEXOPOLL_FLOWER_BASIC_AUTH" ]; then \
+	  echo "flower: http://127.0.0.1:$${NEXOPOLL_FLOWER_PORT:-5555}  user admin, password in data/flower-password"; fi
+	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/python manage.py createsuperuser)"
+	@echo "health: http://127.0.0.1:$(PORT)/healthz    stop everything: Ctrl-C, then make stop"
+	@echo $$$$ > data/run.pid; \
+	NEXOPOLL_FLOWER_BASIC_AUTH="$${NEXOPOLL_FLOWER_BASIC_AUTH:-admin:$$(cat data/flower-password 2>/dev/null)}" \
+	  exec honcho start -p $(PORT) -f Procfile web worker beat flower
+
+# Stop what `make run` started, the redis-server it daemonised included.
+stop:
+	@if [ -s data/run.pid ] && kill -0 $$(cat data/run.pid) 2>/dev/null; then \
+	  kill -TERM $$(cat data/run.pid) && echo "stopped the make run processes"; fi; rm -f data/run.pid
+	@if [ -s data/redis.pid ] && kill -0 $$(cat data/redis.pid) 2>/dev/null; then \
+	  kill -TERM $$(cat data/redis.pid) && echo "stopped redis-server (pid $$(cat data/redis.pid))"; \
+	  for i in $$(seq 50); do kill -0 $$(cat data/redis.pid) 2>/dev/null || break; sleep 0.1; done; \
+	else echo "no redis-server started by make run is running"; fi
 
 test: venv redis-bin
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -22,7 +22,7 @@ SECRET_KEY = env_secret("DJANGO_SECRET_KEY", "nexopoll-insecure-dev-key-change-m
 ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "admin_ext.apps.NexopollAdminConfig",  # django.contrib.admin with the nexopoll site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -35,6 +35,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # static files (the admin's CSS) served by the web process itself, DEBUG on or off
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -95,6 +97,13 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = str(DATA_DIR / "static")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+# Tests and `runserver` need no collectstatic: WhiteNoise finds files in the apps.
+WHITENOISE_USE_FINDERS = env_bool("NEXOPOLL_STATIC_FINDERS", DEBUG)
+WHITENOISE_MANIFEST_STRICT = False
 
 LOGGING = {
     "version": 1,
@@ -136,11 +145,18 @@ NEXOPOLL_SWEEP_SECS = env_float("NEXOPOLL_SWEEP_SECS", 15.0)
 # Crash cap: a tick whose worker died this many times in a row counts as failed.
 NEXOPOLL_MAX_CRASHES = env_int("NEXOPOLL_MAX_CRASHES", 3)
 
+# /healthz: beat's last loop older than this fails the check (503); pending deliveries
+# older than this are reported (a warning, not a failure).
+NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS = env_float("NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS", 60.0)
+NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS = env_float("NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS", 600.0)
+
 # --- Celery -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = "django-db"
-CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_IGNORE_RESULT = True  # ticks keep no results; "run now" does (django-celery-results)
+CELERY_RESULT_EXTENDED = True
+CELERY_RESULT_EXPIRES = 7 * 24 * 3600
 CELERY_TASK_ACKS_LATE = True
 # Keep the DB connection across tasks: Celery's Django fixup otherwise closes and reopens
 # it around every task, which cost more than the tick itself.

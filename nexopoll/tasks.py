@@ -44,3 +44,17 @@ def sweep_outbox() -> int:
     for start in range(0, len(ids), 50):
         enqueue_deliveries(ids[start : start + 50])
     return len(ids)
+
+
+@shared_task(name="nexopoll.run_now", ignore_result=False)
+def run_now(job_id: str) -> dict:
+    """An operator's "run now" (admin, API): a manual tick whose outcome is kept by
+    django-celery-results, where the job's page reads it."""
+    from .services import run_job
+
+    report = run_job(job_id, now=timezone.now())
+    return {
+        "status": report.status, "items_seen": report.items_seen,
+        "items_dispatched": report.items_dispatched, "error": report.error,
+        "deliveries": len(report.delivery_ids), "committed": report.committed,
+    }  # fmt: skip

@@ -5,14 +5,24 @@ from __future__ import annotations
 import time
 
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+
+from .health import run_checks
 
 
+@never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"ok": True})
+    """200 when the DB and Redis answer and beat loops; 503 otherwise (see ``health``)."""
+    healthy, checks = run_checks()
+    return JsonResponse({"ok": healthy, "checks": checks}, status=200 if healthy else 503)
 
 
 def demo_items(request: HttpRequest) -> JsonResponse:
     """A JSON API that publishes a new item every 10 seconds (for `make run` without internet)."""
     n = int(time.time() // 10)
-    items = [{"id": i, "title": f"demo item {i}", "published": i * 10} for i in range(n - 4, n + 1)]
+    items = [
+        {"id": i, "title": f"demo item published at {time.strftime('%H:%M:%S', time.gmtime(i * 10))}",
+         "published": i * 10}
+        for i in range(n - 4, n + 1)
+    ]  # fmt: skip
     return JsonResponse({"items": items})

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -238,7 +239,9 @@ class NexopollScheduler(RedBeatScheduler):
             pipe.zrangebyscore(zkey, f"({now_ts}", "+inf", start=0, num=1, withscores=True)
             pipe.get(keys.version_key())
             pipe.exists(keys.synced_key())
-            due, upcoming, version, synced = pipe.execute()
+            # the lock holder's last loop, for /healthz (same round trip)
+            pipe.set(keys.heartbeat_key(), f"{now_ts}:{os.getpid()}")
+            due, upcoming, version, synced, _ = pipe.execute()
         if not synced:
             self._resync("schedule missing", statics=True)
             return 0.0

@@ -36,3 +36,8 @@ def version_key() -> str:
 def synced_key() -> str:
     """Present while the entries mirror the DB; its absence (a flush) triggers a resync."""
     return key_prefix() + "nexopoll:synced"
+
+
+def heartbeat_key() -> str:
+    """``"<unix time>:<pid>"`` of the lock-holding beat's last loop (read by /healthz)."""
+    return key_prefix() + "nexopoll:beat-heartbeat"

@@ -67,6 +67,11 @@ def release(client: redis.Redis, lease: Lease) -> bool:
     return bool(_script(client, _RELEASE)(keys=[lease.key], args=[lease.token]))
 
 
+def release_in(client: redis.Redis, pipe: redis.client.Pipeline, lease: Lease) -> None:
+    """Queue ``release(lease)`` on ``pipe`` (a pipeline of ``client``), by the script's SHA."""
+    _script(client, _RELEASE)(keys=[lease.key], args=[lease.token], client=pipe)
+
+
 _scripts: dict[tuple[int, str], Script] = {}
 
 

@@ -31,7 +31,7 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 
 from ..models import Delivery
-from . import definitions, lease, store
+from . import definitions, history, lease, store
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
@@ -56,6 +56,8 @@ class TickReport:
     error: str = ""
     committed: bool = False
     after_commit: list = field(default_factory=list)  # the poller's post-commit side effects
+    latency_ms: int | None = None
+    start_cursor: bytes | None = None  # the cursor the tick started from (tick history, rewind)
 
 
 @dataclass
@@ -92,14 +94,31 @@ def tick_job(
         held = lease.try_acquire(get_redis(), job_id, ttl)
         if held is None:
             return _skipped(job_id, "lease busy")
+    report: TickReport | None = None
     try:
-        return _run(job_id, now=now, manual=manual, dry_run=dry_run, held=held)
+        report = _run(job_id, now=now, manual=manual, dry_run=dry_run, held=held)
+        return report
     finally:
-        if held is not None:
-            try:
-                lease.release(get_redis(), held)
-            except Exception:  # the lease expires on its own; never mask the tick's result
-                log.warning("lease.release_failed job=%s", job_id, exc_info=True)
+        if held is not None or (report is not None and not dry_run):
+            _release_and_record(job_id, held, report, now=now, manual=manual, dry_run=dry_run)
+
+
+def _release_and_record(
+    job_id: str, held, report: TickReport | None, *, now: datetime, manual: bool, dry_run: bool
+) -> None:
+    """Release the lease and append the tick to its history, in one Redis round trip."""
+    try:
+        if report is None or dry_run:
+            lease.release(get_redis(), held)
+            return
+        history.record(
+            get_redis(), job_id, at=now, status=report.status, ms=report.latency_ms,
+            seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
+            epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
+            manual=manual, held=held,
+        )  # fmt: skip
+    except Exception:  # the lease expires on its own; never mask the tick's result
+        log.warning("lease.release_failed job=%s", job_id, exc_info=True)
 
 
 def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
@@ -148,6 +167,7 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
     finally:
         if not report.committed and not manual:
             _clear_running(job_id, t.epoch)
+        report.start_cursor = row["cursor"]
     return report
 
 
@@ -166,7 +186,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         except Exception as e:  # classified below; any exception is a failed tick
             exc = e
     latency_ms = int((time.monotonic() - started) * 1000)
-    report = TickReport(job.job_id, "ok", epoch=t.epoch)
+    report = TickReport(job.job_id, "ok", epoch=t.epoch, latency_ms=latency_ms)
     if exc is None:
         assert ack is not None
         decision = plan_success(t.start, now=now, policy=t.policy,

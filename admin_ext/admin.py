@@ -1,0 +1,291 @@
+"""The jobs admin: live state, actions through the service layer, a job's page.
+
+pollers.yaml owns definitions: nobody adds, edits or deletes a job here. Staff
+with ``view_job`` can look; acting needs ``admin_ext.operate_job``. Every action
+goes through :mod:`nexopoll.services` / :mod:`nexopoll.operations` (the CLI's
+verbs) and is written to Django's admin log.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from nexopoll import operations, services
+from nexopoll.models import Delivery, PollState
+
+from . import display
+from .filters import BreakerFilter, FailingFilter, PausedFilter
+from .models import Job
+from .outbox_admin import OutboxAdmin  # noqa: F401  (registers the deliveries admin)
+from .reload_view import reload_view
+
+OPERATE = "admin_ext.operate_job"
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = (
+        "job_id", "kind", "agent", "schedule_col", "paused_col", "status_col", "error_col",
+        "errors_col", "breaker_col", "last_run_col", "next_run_col", "seen_col", "dispatched_col",
+    )  # fmt: skip
+    list_filter = (PausedFilter, BreakerFilter, FailingFilter, "kind", "agent")
+    search_fields = ("job_id",)
+    list_per_page = 100
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = ("pause", "resume", "reset", "run_now", "dry_run")
+    change_form_template = "admin_ext/job_detail.html"
+    change_list_template = "admin_ext/job_changelist.html"
+
+    # --- the YAML owns definitions --------------------------------------------------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(OPERATE)
+
+    # --- live state: one query for the page's state rows --------------------------
+    def get_changelist_instance(self, request: HttpRequest):  # type: ignore[no-untyped-def]
+        cl = super().get_changelist_instance(request)
+        states = PollState.objects.in_bulk([j.job_id for j in cl.result_list])
+        for job in cl.result_list:
+            job.st = states.get(job.job_id)
+        return cl
+
+    def _st(self, job) -> PollState | None:  # type: ignore[no-untyped-def]
+        st = getattr(job, "st", None)
+        return st if st is not None else PollState.objects.filter(job_id=job.job_id).first()
+
+    @admin.display(description="schedule")
+    def schedule_col(self, job: Job) -> str:
+        return display.schedule_words(job.schedule)
+
+    @admin.display(description="paused", boolean=True)
+    def paused_col(self, job: Job) -> bool | None:
+        st = self._st(job)
+        return st.paused if st else None
+
+    @admin.display(description="last status")
+    def status_col(self, job: Job) -> str:
+        st = self._st(job)
+        status = (st.last_status if st else "") or "never"
+        return format_html('<span class="np-badge np-{}">{}</span>', status, status)
+
+    @admin.display(description="last error")
+    def error_col(self, job: Job) -> str:
+        st = self._st(job)
+        text = st.last_error if st else ""
+        return format_html('<span title="{}">{}</span>', text[:1000], display.truncate(text, 60))
+
+    @admin.display(description="errors")
+    def errors_col(self, job: Job) -> int:
+        st = self._st(job)
+        return st.consecutive_errors if st else 0
+
+    @admin.display(description="breaker")
+    def breaker_col(self, job: Job) -> str:
+        st = self._st(job)
+        return display.breaker_label(st.breaker_open_until if st else None, timezone.now())
+
+    @admin.display(description="last run")
+    def last_run_col(self, job: Job):  # type: ignore[no-untyped-def]
+        st = self._st(job)
+        return display.when(st.last_run_at if st else None, display.job_zone(job.schedule))
+
+    @admin.display(description="next run")
+    def next_run_col(self, job: Job):  # type: ignore[no-untyped-def]
+        st = self._st(job)
+        return display.when(st.next_run_at if st else None, display.job_zone(job.schedule))
+
+    @admin.display(description="seen")
+    def seen_col(self, job: Job) -> int:
+        st = self._st(job)
+        return st.items_seen_total if st else 0
+
+    @admin.display(description="dispatched")
+    def dispatched_col(self, job: Job) -> int:
+        st = self._st(job)
+        return st.items_dispatched_total if st else 0
+
+    # --- actions --------------------------------------------------------------------
+    def _each(self, request, queryset, verb, fn) -> int:  # type: ignore[no-untyped-def]
+        done = 0
+        for job in queryset:
+            try:
+                fn(job.job_id)
+            except services.UnknownJob as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                continue
+            self.log_change(request, job, f"{verb} (nexopoll admin)")
+            done += 1
+        return done
+
+    @admin.action(description="Pause selected jobs", permissions=["operate"])
+    def pause(self, request, queryset):  # type: ignore[no-untyped-def]
+        n = self._each(
+            request, queryset, "pause",
+            lambda j: services.pause_job(j, reason=f"paused by {request.user.get_username()}"),
+        )  # fmt: skip
+        self.message_user(request, f"Paused {n} job(s).", messages.SUCCESS)
+
+    @admin.action(description="Resume selected jobs", permissions=["operate"])
+    def resume(self, request, queryset):  # type: ignore[no-untyped-def]
+        n = self._each(request, queryset, "resume", services.resume_job)
+        self.message_user(request, f"Resumed {n} job(s).", messages.SUCCESS)
+
+    @admin.action(description="Reset selected jobs (clears cursors)…", permissions=["operate"])
+    def reset(self, request, queryset):  # type: ignore[no-untyped-def]
+        if request.POST.get("post") == "yes":
+            n = self._each(request, queryset, "reset", services.reset_job)
+            self.message_user(request, f"Reset {n} job(s): cursors cleared.", messages.SUCCESS)
+            return None
+        states = PollState.objects.in_bulk([j.job_id for j in queryset])
+        rows = [
+            (job, *operations.cursor_pretty(states[job.job_id].cursor if job.job_id in states else None))
+            for job in queryset
+        ]
+        return TemplateResponse(
+            request,
+            "admin_ext/reset_confirm.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Reset jobs: clear their cursors?",
+                "rows": rows,
+                "queryset": queryset,
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    @admin.action(description="Run selected jobs now", permissions=["operate"])
+    def run_now(self, request, queryset):  # type: ignore[no-untyped-def]
+        for job in queryset:
+            task_id = operations.run_now_async(job.job_id)
+            self.log_change(request, job, f"run now (task {task_id})")
+            self.message_user(
+                request, f"{job.job_id}: run queued as task {task_id}; see the job's page.",
+                messages.SUCCESS,
+            )  # fmt: skip
+
+    @admin.action(description="Dry run selected jobs (commits nothing)", permissions=["operate"])
+    def dry_run(self, request, queryset):  # type: ignore[no-untyped-def]
+        jobs = list(queryset[:10])
+        results = [(job, _dry(job.job_id)) for job in jobs]
+        return TemplateResponse(
+            request,
+            "admin_ext/dry_run.html",
+            {**self.admin_site.each_context(request), "title": "Dry run", "results": results,
+             "opts": self.model._meta},
+        )  # fmt: skip
+
+    # --- a job's page and its buttons ----------------------------------------------
+    def get_urls(self):  # type: ignore[no-untyped-def]
+        wrap = self.admin_site.admin_view
+        mine = [
+            path("reload/", wrap(reload_view(self)), name="admin_ext_job_reload"),
+            path("<path:object_id>/do/<str:verb>/", wrap(self.job_verb), name="admin_ext_job_verb"),
+            path("<path:object_id>/rewind/<int:tick>/", wrap(self.rewind_view),
+                 name="admin_ext_job_rewind"),
+        ]  # fmt: skip
+        return mine + super().get_urls()
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):  # type: ignore[no-untyped-def]
+        job = self.get_object(request, object_id)
+        if job is None or not self.has_view_permission(request, job):
+            return super().change_view(request, object_id, form_url, extra_context)
+        now = timezone.now()
+        state = PollState.objects.filter(job_id=job.job_id).first()
+        entries = operations.tick_history(job.job_id)
+        fmt, cursor = operations.cursor_pretty(state.cursor if state else None)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Job {job.job_id}",
+            "job": job,
+            "state": state,
+            "opts": self.model._meta,
+            "original": job,
+            "zone": display.job_zone(job.schedule),
+            "schedule_words": display.schedule_words(job.schedule),
+            "breaker": display.breaker_label(state.breaker_open_until if state else None, now),
+            "definition": operations.definition_yaml(job),
+            "source": operations.definition_source(job),
+            "cursor_format": fmt,
+            "cursor_text": cursor,
+            "history": entries,
+            "strip": display.tick_strip(entries),
+            "deliveries": Delivery.objects.filter(job_id=job.job_id).order_by("-created_at")[:50],
+            "preview": operations.preview_job(job.job_id, now=now, count=10),
+            "runs": operations.run_now_results(job.job_id),
+            "can_operate": self.has_operate_permission(request),
+        }
+        return TemplateResponse(request, self.change_form_template, context)
+
+    def _job_or_404(self, request, object_id):  # type: ignore[no-untyped-def]
+        from django.http import Http404
+
+        job = self.get_object(request, object_id)
+        if job is None:
+            raise Http404(f"no job {object_id!r}")
+        if request.method != "POST" or not self.has_operate_permission(request):
+            raise PermissionDenied
+        return job
+
+    def job_verb(self, request, object_id, verb):  # type: ignore[no-untyped-def]
+        job = self._job_or_404(request, object_id)
+        back = reverse("admin:admin_ext_job_change", args=[job.job_id])
+        if verb == "dry-run":
+            return self.dry_run(request, Job.objects.filter(job_id=job.job_id))
+        if verb == "reset":
+            return self.reset(request, Job.objects.filter(job_id=job.job_id)) or HttpResponseRedirect(back)
+        verbs = {"pause": self.pause, "resume": self.resume, "run": self.run_now}
+        if verb not in verbs:
+            raise PermissionDenied
+        verbs[verb](request, Job.objects.filter(job_id=job.job_id))
+        return HttpResponseRedirect(back)
+
+    def rewind_view(self, request, object_id, tick):  # type: ignore[no-untyped-def]
+        job = self.get_object(request, object_id)
+        if job is None or not self.has_operate_permission(request):
+            raise PermissionDenied
+        back = reverse("admin:admin_ext_job_change", args=[job.job_id])
+        entry = next((e for e in operations.tick_history(job.job_id) if e.n == tick), None)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            try:
+                operations.rewind_job(job.job_id, tick=tick, actor=request.user.get_username())
+            except LookupError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                return HttpResponseRedirect(back)
+            self.log_change(request, job, f"rewind to tick {tick}")
+            self.message_user(request, f"{job.job_id}: cursor rewound to tick #{tick}.", messages.SUCCESS)
+            return HttpResponseRedirect(back)
+        return TemplateResponse(
+            request,
+            "admin_ext/rewind_confirm.html",
+            {**self.admin_site.each_context(request), "title": f"Rewind {job.job_id}?",
+             "job": job, "entry": entry, "tick": tick, "opts": self.model._meta},
+        )  # fmt: skip
+
+
+def _dry(job_id: str) -> dict:
+    try:
+        report = services.run_job(job_id, now=timezone.now(), dry_run=True)
+    except Exception as exc:  # shown on the page, like the CLI prints it
+        return {"error": str(exc)}
+    fmt, cursor = operations.cursor_pretty(report.next_cursor)
+    return {
+        "status": report.status, "error": report.error, "deliveries": report.deliveries,
+        "cursor_format": fmt, "cursor_text": cursor, "items_seen": report.items_seen,
+        "cursor_unchanged": report.next_cursor is None,
+    }  # fmt: skip

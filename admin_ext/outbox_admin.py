@@ -1,0 +1,59 @@
+"""The outbox: deliveries by status, job and channel, with their errors, and a
+*redeliver* action for dead or held rows (``admin_ext.redeliver``)."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from nexopoll import operations
+
+from . import display
+from .models import OutboxRow
+
+
+@admin.register(OutboxRow)
+class OutboxAdmin(admin.ModelAdmin):
+    list_display = (
+        "id", "job_id", "purpose", "channel", "recipient", "status", "attempts",
+        "next_attempt_at", "created_at", "sent_at", "error_col",
+    )  # fmt: skip
+    list_filter = ("status", "channel", "purpose")
+    search_fields = ("=job_id", "=id")
+    list_per_page = 100
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = ("redeliver",)
+    readonly_fields = (
+        "id", "job_id", "agent", "epoch", "purpose", "channel", "recipient", "payload", "status",
+        "attempts", "next_attempt_at", "claimed_until", "last_error", "created_at", "sent_at",
+    )  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_redeliver_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("admin_ext.redeliver")
+
+    @admin.display(description="error")
+    def error_col(self, row: OutboxRow) -> str:
+        return display.truncate(row.last_error, 80)
+
+    @admin.action(description="Redeliver selected dead or held rows", permissions=["redeliver"])
+    def redeliver(self, request, queryset):  # type: ignore[no-untyped-def]
+        rows = list(queryset)
+        eligible = [r for r in rows if r.status in ("dead", "held")]
+        moved = operations.redeliver_rows([str(r.id) for r in eligible])
+        for r in eligible:
+            self.log_change(request, r, "redeliver")
+        skipped = len(rows) - len(eligible)
+        msg = f"Re-queued {moved} row(s) under their own delivery ids."
+        if skipped:
+            msg += f" Skipped {skipped} row(s) that are neither dead nor held."
+        self.message_user(request, msg, messages.SUCCESS if moved else messages.WARNING)

@@ -1,0 +1,74 @@
+"""Reload from the admin: show the plan for pollers.yaml as it is on disk now, and
+apply it only when the operator confirms the plan they saw (a digest of the file)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from nexopoll import services
+from nexopoll.core.config import ConfigFileError
+
+
+def _digest() -> str:
+    path = services.config_path()
+    data = path.read_bytes() if path.exists() else b""
+    return hashlib.sha256(data).hexdigest()
+
+
+def reload_view(model_admin):  # type: ignore[no-untyped-def]
+    def view(request):  # type: ignore[no-untyped-def]
+        if not request.user.has_perm("admin_ext.reload_config"):
+            raise PermissionDenied
+        changelist = reverse("admin:admin_ext_job_changelist")
+        digest = _digest()
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            if request.POST.get("digest") != digest:
+                model_admin.message_user(
+                    request, "pollers.yaml changed since the plan was shown: review it again.",
+                    messages.WARNING,
+                )  # fmt: skip
+            else:
+                try:
+                    res = services.reload_config(now=timezone.now())
+                except ConfigFileError as exc:
+                    model_admin.message_user(request, f"reload refused: {exc}", messages.ERROR)
+                    return HttpResponseRedirect(changelist)
+                model_admin.log_change(request, _log_target(), f"reload: {_counts(res)}")
+                model_admin.message_user(request, f"Reload applied: {_counts(res)}.", messages.SUCCESS)
+                return HttpResponseRedirect(changelist)
+        error = ""
+        plan = None
+        try:
+            plan = services.reload_config(now=timezone.now(), dry_run=True)
+        except ConfigFileError as exc:
+            error = str(exc)
+        return TemplateResponse(
+            request,
+            "admin_ext/reload.html",
+            {**model_admin.admin_site.each_context(request), "title": "Reload pollers.yaml",
+             "plan": plan, "error": error, "digest": digest, "source": str(services.config_path()),
+             "opts": model_admin.model._meta},
+        )  # fmt: skip
+
+    return view
+
+
+def _counts(res: services.ReloadResult) -> str:
+    return (
+        f"{len(res.add)} added, {len(res.replace)} replaced, {len(res.remove)} removed, "
+        f"{len(res.keep)} kept, {len(res.issues)} rejected"
+    )
+
+
+def _log_target():  # type: ignore[no-untyped-def]
+    """Admin-log entries need an object: a reload is logged against ``pollers.yaml``."""
+    from .models import Job
+
+    return Job(job_id="pollers.yaml")

@@ -1,0 +1,163 @@
+"""A bounded per-job tick history, kept in Redis beside the lease.
+
+The tick's hot path must not gain a DB write, so each tick appends one small
+JSON entry to a capped Redis list in the same pipeline that releases its lease
+(one round trip, as before). Each entry keeps the cursor the tick started from,
+which is what ``pollers rewind`` restores. Cursors are stored once per distinct
+value (a hash keyed by their digest), because most ticks start from the cursor
+the previous one started from.
+
+Redis is not the source of truth: a flushed Redis loses the history, never a
+cursor, a state row or a delivery.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from .lease import Lease, release_in
+
+HISTORY_LEN = 100
+_PREFIX = "nexopoll:history:"
+_ERROR_CHARS = 300
+
+
+def list_key(job_id: str) -> str:
+    return f"{_PREFIX}{job_id}"
+
+
+def cursors_key(job_id: str) -> str:
+    return f"{_PREFIX}{job_id}:cursors"
+
+
+@dataclass(frozen=True)
+class TickEntry:
+    """One tick as the history shows it (``n`` counts ticks, newest highest)."""
+
+    n: int
+    at: datetime
+    status: str
+    ms: int | None
+    seen: int
+    dispatched: int
+    error: str
+    epoch: int | None
+    cursor_digest: str | None
+    reason: str = ""
+    manual: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n, "at": self.at.isoformat(), "status": self.status, "ms": self.ms,
+            "seen": self.seen, "dispatched": self.dispatched, "error": self.error,
+            "epoch": self.epoch, "reason": self.reason, "manual": self.manual,
+            "has_cursor": self.cursor_digest is not None,
+        }  # fmt: skip
+
+
+def digest(cursor: bytes) -> str:
+    return hashlib.blake2b(cursor, digest_size=12).hexdigest()
+
+
+def record(
+    client: redis.Redis,
+    job_id: str,
+    *,
+    at: datetime,
+    status: str,
+    ms: int | None,
+    seen: int = 0,
+    dispatched: int = 0,
+    error: str = "",
+    epoch: int | None = None,
+    start_cursor: bytes | None = None,
+    reason: str = "",
+    manual: bool = False,
+    held: Lease | None = None,
+) -> None:
+    """Append one entry (and release ``held``) in one pipelined round trip.
+
+    ``error`` must already be redacted: the runtime only stores masked errors.
+    """
+    entry: dict[str, Any] = {
+        "at": at.timestamp(), "status": status, "ms": ms, "seen": seen, "dispatched": dispatched,
+        "error": error[:_ERROR_CHARS], "epoch": epoch, "reason": reason[:_ERROR_CHARS],
+    }  # fmt: skip
+    if manual:
+        entry["manual"] = True
+    pipe = client.pipeline(transaction=False)
+    if held is not None:
+        release_in(client, pipe, held)
+    if start_cursor is not None:
+        d = entry["c"] = digest(start_cursor)
+        pipe.hsetnx(cursors_key(job_id), d, base64.b64encode(start_cursor).decode())
+    pipe.incr(f"{list_key(job_id)}:n")
+    pipe.lpush(list_key(job_id), json.dumps(entry, separators=(",", ":")))
+    pipe.ltrim(list_key(job_id), 0, HISTORY_LEN - 1)
+    pipe.hlen(cursors_key(job_id))
+    hlen = pipe.execute(raise_on_error=False)[-1]
+    if isinstance(hlen, int) and hlen > HISTORY_LEN + 20:
+        _drop_orphan_cursors(client, job_id)
+
+
+def _drop_orphan_cursors(client: redis.Redis, job_id: str) -> None:
+    live = {e.cursor_digest for e in entries(client, job_id)}
+    stale = [d for d in client.hkeys(cursors_key(job_id)) if d not in live]
+    if stale:
+        client.hdel(cursors_key(job_id), *stale)
+
+
+def entries(client: redis.Redis, job_id: str, limit: int = HISTORY_LEN) -> list[TickEntry]:
+    """The newest ``limit`` entries, newest first, numbered so that ``n`` is stable."""
+    pipe = client.pipeline(transaction=False)
+    pipe.get(f"{list_key(job_id)}:n")
+    pipe.lrange(list_key(job_id), 0, limit - 1)
+    total, raw = pipe.execute()
+    total = int(total or len(raw))
+    out = []
+    for i, text in enumerate(raw):
+        e = json.loads(text)
+        out.append(
+            TickEntry(
+                n=total - i,
+                at=datetime.fromtimestamp(e["at"], tz=UTC),
+                status=e["status"],
+                ms=e.get("ms"),
+                seen=e.get("seen", 0),
+                dispatched=e.get("dispatched", 0),
+                error=e.get("error", ""),
+                epoch=e.get("epoch"),
+                cursor_digest=e.get("c"),
+                reason=e.get("reason", ""),
+                manual=e.get("manual", False),
+            )
+        )
+    return out
+
+
+def start_cursor(client: redis.Redis, job_id: str, n: int) -> tuple[TickEntry, bytes | None]:
+    """The entry numbered ``n`` and the cursor its tick started from (None: no cursor yet).
+
+    Raises:
+        LookupError: no such entry in the kept history.
+    """
+    for e in entries(client, job_id):
+        if e.n == n:
+            if e.cursor_digest is None:
+                return e, None
+            value = client.hget(cursors_key(job_id), e.cursor_digest)
+            if value is None:
+                raise LookupError(f"the cursor of tick {n} of {job_id!r} is no longer kept")
+            return e, base64.b64decode(value)
+    raise LookupError(f"tick {n} of {job_id!r} is not in its history (the last {HISTORY_LEN})")
+
+
+def clear(client: redis.Redis, job_id: str) -> None:
+    client.delete(list_key(job_id), cursors_key(job_id), f"{list_key(job_id)}:n")
