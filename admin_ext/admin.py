@@ -153,7 +153,12 @@ class JobAdmin(admin.ModelAdmin):
             return None
         states = PollState.objects.in_bulk([j.job_id for j in queryset])
         rows = [
-            (job, *operations.cursor_pretty(states[job.job_id].cursor if job.job_id in states else None))
+            (
+                job,
+                *operations.cursor_pretty(
+                    states[job.job_id].cursor if job.job_id in states else None
+                ),
+            )
             for job in queryset
         ]
         return TemplateResponse(
@@ -248,7 +253,9 @@ class JobAdmin(admin.ModelAdmin):
         if verb == "dry-run":
             return self.dry_run(request, Job.objects.filter(job_id=job.job_id))
         if verb == "reset":
-            return self.reset(request, Job.objects.filter(job_id=job.job_id)) or HttpResponseRedirect(back)
+            return self.reset(
+                request, Job.objects.filter(job_id=job.job_id)
+            ) or HttpResponseRedirect(back)
         verbs = {"pause": self.pause, "resume": self.resume, "run": self.run_now}
         if verb not in verbs:
             raise PermissionDenied
@@ -268,7 +275,9 @@ class JobAdmin(admin.ModelAdmin):
                 self.message_user(request, str(exc), messages.ERROR)
                 return HttpResponseRedirect(back)
             self.log_change(request, job, f"rewind to tick {tick}")
-            self.message_user(request, f"{job.job_id}: cursor rewound to tick #{tick}.", messages.SUCCESS)
+            self.message_user(
+                request, f"{job.job_id}: cursor rewound to tick #{tick}.", messages.SUCCESS
+            )
             return HttpResponseRedirect(back)
         return TemplateResponse(
             request,

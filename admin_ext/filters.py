@@ -12,10 +12,10 @@ from nexopoll.models import PollState
 class _StateFilter(admin.SimpleListFilter):
     """Filter jobs by a condition on their state row (one ``IN (subquery)``)."""
 
-    choices: dict[str, Q] = {}
+    conds: dict[str, Q] = {}
 
     def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
-        return [(key, key.replace("_", " ")) for key in self.choices]
+        return [(key, key.replace("_", " ")) for key in self.conditions()]
 
     def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
         cond = self.conditions().get(self.value() or "")
@@ -24,13 +24,13 @@ class _StateFilter(admin.SimpleListFilter):
         return queryset.filter(job_id__in=PollState.objects.filter(cond).values("job_id"))
 
     def conditions(self) -> dict[str, Q]:
-        return self.choices
+        return self.conds
 
 
 class PausedFilter(_StateFilter):
     title = "paused"
     parameter_name = "paused"
-    choices = {"yes": Q(paused=True), "no": Q(paused=False)}
+    conds = {"yes": Q(paused=True), "no": Q(paused=False)}
 
 
 class BreakerFilter(_StateFilter):
@@ -48,7 +48,7 @@ class BreakerFilter(_StateFilter):
 class FailingFilter(_StateFilter):
     title = "health"
     parameter_name = "health"
-    choices = {
+    conds = {
         "failing": Q(last_status__in=["transient", "permanent"]) | Q(consecutive_errors__gt=0),
         "ok": Q(last_status="ok", consecutive_errors=0),
         "never_run": Q(last_status=""),

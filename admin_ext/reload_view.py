@@ -41,7 +41,9 @@ def reload_view(model_admin):  # type: ignore[no-untyped-def]
                     model_admin.message_user(request, f"reload refused: {exc}", messages.ERROR)
                     return HttpResponseRedirect(changelist)
                 model_admin.log_change(request, _log_target(), f"reload: {_counts(res)}")
-                model_admin.message_user(request, f"Reload applied: {_counts(res)}.", messages.SUCCESS)
+                model_admin.message_user(
+                    request, f"Reload applied: {_counts(res)}.", messages.SUCCESS
+                )
                 return HttpResponseRedirect(changelist)
         error = ""
         plan = None

@@ -102,7 +102,9 @@ def rewind_job(job_id: str, *, tick: int, actor: str = "operator") -> Rewound:
     _require(job_id)
     entry, cursor = history.start_cursor(get_redis(), job_id, tick)
     if entry.status == "skipped":
-        raise LookupError(f"tick {tick} of {job_id!r} was skipped ({entry.reason}): nothing to rewind to")
+        raise LookupError(
+            f"tick {tick} of {job_id!r} was skipped ({entry.reason}): nothing to rewind to"
+        )
     PollState.objects.filter(job_id=job_id).update(epoch=F("epoch") + 1, cursor=cursor)
     log.warning(
         "job.rewind job=%s to_tick=%s tick_at=%s by=%s", job_id, tick, entry.at.isoformat(), actor

@@ -99,11 +99,11 @@ STATIC_URL = "static/"
 STATIC_ROOT = str(DATA_DIR / "static")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-# Tests and `runserver` need no collectstatic: WhiteNoise finds files in the apps.
-WHITENOISE_USE_FINDERS = env_bool("NEXOPOLL_STATIC_FINDERS", DEBUG)
-WHITENOISE_MANIFEST_STRICT = False
+# `collectstatic` (make run does it) fills STATIC_ROOT; without it WhiteNoise still
+# finds the files in the apps, so the admin is styled either way.
+WHITENOISE_USE_FINDERS = True
 
 LOGGING = {
     "version": 1,

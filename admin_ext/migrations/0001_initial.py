@@ -4,39 +4,39 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nexopoll', '0001_initial'),
+        ("nexopoll", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Job',
-            fields=[
-            ],
+            name="Job",
+            fields=[],
             options={
-                'verbose_name': 'job',
-                'permissions': [('operate_job', 'Can pause, resume, reset, rewind, run and dry-run jobs'), ('reload_config', 'Can apply a reload of pollers.yaml')],
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "job",
+                "permissions": [
+                    ("operate_job", "Can pause, resume, reset, rewind, run and dry-run jobs"),
+                    ("reload_config", "Can apply a reload of pollers.yaml"),
+                ],
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('nexopoll.polljob',),
+            bases=("nexopoll.polljob",),
         ),
         migrations.CreateModel(
-            name='OutboxRow',
-            fields=[
-            ],
+            name="OutboxRow",
+            fields=[],
             options={
-                'verbose_name': 'delivery',
-                'verbose_name_plural': 'deliveries',
-                'permissions': [('redeliver', 'Can redeliver dead or held deliveries')],
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "delivery",
+                "verbose_name_plural": "deliveries",
+                "permissions": [("redeliver", "Can redeliver dead or held deliveries")],
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('nexopoll.delivery',),
+            bases=("nexopoll.delivery",),
         ),
     ]

@@ -16,7 +16,9 @@ class Command(BaseCommand):
     help = "Inspect and control poll jobs (the YAML owns definitions; this controls them)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="verb", required=True)
+        if parser.prog == "nexopoll pollers":  # the `nexopoll` console script
+            parser.prog = "nexopoll"
+        sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
         p = sub.add_parser("list", help="every job with its state")
         p.add_argument("--json", action="store_true")
         p = sub.add_parser("show", help="one job in detail")
@@ -26,8 +28,10 @@ class Command(BaseCommand):
         p.add_argument("job_id")
         p.add_argument("--dry-run", action="store_true", help="commit nothing; show what would be")
         p.add_argument("--json", action="store_true")
-        for verb in ("pause", "resume"):
-            sub.add_parser(verb).add_argument("job_id")
+        sub.add_parser("pause", help="stop ticking a job (state kept)").add_argument("job_id")
+        sub.add_parser("resume", help="tick a paused job again (errors cleared)").add_argument(
+            "job_id"
+        )
         p = sub.add_parser("reset", help="clear cursor, errors and breaker (destructive)")
         p.add_argument("job_id")
         p.add_argument("--yes", action="store_true", help="confirm")
@@ -39,6 +43,18 @@ class Command(BaseCommand):
         p = sub.add_parser("import-legacy", help="translate a legacy gmail-poller.yaml")
         p.add_argument("path", help="the legacy config/plugins/gmail-poller.yaml")
         p.add_argument("--write", action="store_true", help="merge into NEXOPOLL_CONFIG")
+        p = sub.add_parser("preview", help="next fire times in the job's zone and UTC, DST flagged")
+        p.add_argument("job_id")
+        p.add_argument("--count", type=int, default=10)
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("history", help="the job's recent ticks (newest first)")
+        p.add_argument("job_id")
+        p.add_argument("--limit", type=int, default=20)
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("rewind", help="restore the cursor a past tick started from")
+        p.add_argument("job_id")
+        p.add_argument("--to", type=int, required=True, metavar="TICK", help="a tick's number")
+        p.add_argument("--yes", action="store_true", help="confirm")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         verb = opts["verb"]
@@ -61,8 +77,9 @@ class Command(BaseCommand):
         if opts["json"]:
             return self._json(jobs)
         rows = [
-            ("ID", "KIND", "AGENT", "STATUS", "PAUSED", "ERRORS", "BREAKER", "LAST RUN", "NEXT")
-        ]
+            ("ID", "KIND", "AGENT", "STATUS", "PAUSED", "ERRORS", "BREAKER", "LAST RUN (UTC)",
+             "NEXT (UTC)")
+        ]  # fmt: skip
         for j in jobs:
             rows.append((
                 j["id"], j["kind"], j["agent"], j.get("status", "-"),
@@ -112,7 +129,11 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"  → {d['channel']}:{d['to']} {json.dumps(d['payload'], ensure_ascii=False)}"
                 )
-            self.stdout.write(f"  next cursor: {data['next_cursor']}")
+            if report.next_cursor is None:
+                current = services.show_job(job_id, now=timezone.now())["cursor"]
+                self.stdout.write(f"  next cursor: unchanged ({current or 'no cursor yet'})")
+            else:
+                self.stdout.write(f"  next cursor: {data['next_cursor']}")
         if report.status not in ("ok", "skipped"):
             raise CommandError(
                 f"tick of {job_id} ended {report.status}: {report.error or report.reason}"
@@ -163,3 +184,48 @@ class Command(BaseCommand):
         from nexopoll.legacy_import import import_legacy_command
 
         import_legacy_command(self, path, write=opts["write"])
+
+    def do_preview(self, job_id: str, **opts: Any) -> None:
+        from nexopoll import operations
+
+        times = operations.preview_job(job_id, now=timezone.now(), count=opts["count"])
+        if opts["json"]:
+            return self._json([t.as_dict() for t in times])
+        if not times:
+            self.stdout.write(f"{job_id} never fires again")
+        for t in times:
+            local = t.local.strftime("%Y-%m-%d %H:%M:%S %Z")
+            utc = t.at.strftime("%Y-%m-%d %H:%M:%S UTC")
+            self.stdout.write(f"{local:32} {utc}" + (f"  ! {t.note}" if t.note else ""))
+
+    def do_history(self, job_id: str, **opts: Any) -> None:
+        from nexopoll import operations
+
+        entries = operations.tick_history(job_id, opts["limit"])
+        if opts["json"]:
+            return self._json([e.as_dict() for e in entries])
+        if not entries:
+            self.stdout.write(f"no ticks of {job_id} recorded yet")
+        for e in entries:
+            self.stdout.write(
+                f"#{e.n:<6} {e.at:%Y-%m-%d %H:%M:%S} UTC  {e.status:9} "
+                f"{(str(e.ms) + ' ms') if e.ms is not None else '-':>8}  seen={e.seen} "
+                f"sent={e.dispatched}" + (f"  {e.error or e.reason}" if e.error or e.reason else "")
+            )
+
+    def do_rewind(self, job_id: str, **opts: Any) -> None:
+        from nexopoll import operations
+
+        if not opts["yes"]:
+            raise CommandError(
+                f"rewind replaces the cursor of {job_id} with the one tick {opts['to']} "
+                "started from: confirm with --yes"
+            )
+        try:
+            done = operations.rewind_job(job_id, tick=opts["to"], actor="cli")
+        except LookupError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(
+            f"rewound {job_id} to tick #{done.tick} ({done.tick_at:%Y-%m-%d %H:%M:%S} UTC): "
+            f"cursor {services.cursor_text(done.cursor) or 'cleared'}"
+        )

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from tests.runtime.conftest import Config, scripted  # noqa: F401  (shared helpers)
+
+
+@pytest.fixture
+def cfg(tmp_path, redis_client, transactional_db, settings) -> Config:
+    settings.NEXOPOLL_CONFIG = str(tmp_path / "pollers.yaml")
+    return Config(tmp_path / "pollers.yaml")
+
+
+def staff(username: str, *perms: str) -> User:
+    user = User.objects.create_user(username, password="pw-" + username, is_staff=True)
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+@pytest.fixture
+def operator(cfg) -> User:
+    return staff("op", "view_job", "operate_job", "reload_config", "view_outboxrow", "redeliver")
+
+
+@pytest.fixture
+def viewer(cfg) -> User:
+    return staff("viewer", "view_job", "view_outboxrow")
