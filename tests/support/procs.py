@@ -79,8 +79,11 @@ class RedisServer:
 class CeleryProc:
     """A ``celery worker`` or ``celery beat`` subprocess with a log file to watch."""
 
-    def __init__(self, role: str, env: dict[str, str], name: str = "w1") -> None:
+    def __init__(
+        self, role: str, env: dict[str, str], name: str = "w1", extra: tuple[str, ...] = ()
+    ) -> None:
         self.role = role
+        self.extra = extra
         self.name = name
         self.env = env
         self.log = Path(tempfile.mkstemp(prefix=f"nexopoll-{role}-{name}-", suffix=".log")[1])
@@ -106,6 +109,7 @@ class CeleryProc:
                 str(self.log) + ".schedule",
             ]
             ready = "beat.resync"
+        cmd += list(self.extra)
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True

@@ -1,0 +1,82 @@
+"""Flower beside a real worker: the worker sends task events, Flower shows each
+``nexopoll.tick`` with its job id, and only to a caller with credentials."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import requests
+
+from nexopoll.flower import flower_command
+from tests.support.procs import ROOT, CeleryProc, wait_for
+
+from .conftest import job
+
+pytestmark = pytest.mark.integration
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_flower_shows_ticks_to_authenticated_callers_only(stack):
+    stack.write([job("a", every=3600)])
+    stack.reload()
+    # as the Procfile starts it: with task events (-E)
+    worker = CeleryProc("worker", stack.env(), "fw", extra=("-E",)).start()
+    stack.procs.append(worker)
+    port = _port()
+    env = {**stack.env(), "NEXOPOLL_FLOWER_BASIC_AUTH": "ops:flower-pw-1",
+           "NEXOPOLL_FLOWER_PORT": str(port)}  # fmt: skip
+    cmd, child_env = flower_command(env, [])
+    log = tempfile.TemporaryFile()
+    flower = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _up(f"{base}/healthcheck"), 60, what="flower up")
+        from nexopoll.celery import app
+
+        app.send_task("nexopoll.tick", args=["a"])
+        wait_for(lambda: stack.ticks("a") >= 1, 30, what="tick ran")
+
+        def seen() -> dict:
+            r = requests.get(f"{base}/api/tasks", auth=("ops", "flower-pw-1"), timeout=5)
+            r.raise_for_status()
+            return {k: v for k, v in r.json().items() if v.get("name") == "nexopoll.tick"}
+
+        wait_for(lambda: any(t.get("state") == "SUCCESS" for t in seen().values()), 30,
+                 what="flower saw the tick succeed")  # fmt: skip
+        (task,) = seen().values()
+        assert "'a'" in task["args"]
+        assert requests.get(f"{base}/api/tasks", timeout=5).status_code == 401
+        wrong = requests.get(f"{base}/api/tasks", auth=("ops", "nope"), timeout=5)
+        assert wrong.status_code == 401
+    finally:
+        flower.terminate()
+        flower.wait(10)
+
+
+def _up(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_launcher_refuses_to_start_without_credentials():
+    env = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "nexopoll.flower"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0 and "NEXOPOLL_FLOWER_BASIC_AUTH" in done.stderr
+    cmd, child = flower_command({"NEXOPOLL_FLOWER_BASIC_AUTH": "u:p"}, [])
+    assert "--address=127.0.0.1" in cmd and child["FLOWER_BASIC_AUTH"] == "u:p"
+    assert not any("u:p" in part for part in cmd)  # never on the command line
+    with pytest.raises(SystemExit, match="user:password"):
+        flower_command({"NEXOPOLL_FLOWER_BASIC_AUTH": "no-colon"}, [])
