@@ -43,17 +43,22 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
         wait_for(lambda: _up(f"{base}/healthcheck"), 60, what="flower up")
         from nexopoll.celery import app
 
-        app.send_task("nexopoll.tick", args=["a"])
-        wait_for(lambda: stack.ticks("a") >= 1, 30, what="tick ran")
-
         def seen() -> dict:
             r = requests.get(f"{base}/api/tasks", auth=("ops", "flower-pw-1"), timeout=5)
             r.raise_for_status()
             return {k: v for k, v in r.json().items() if v.get("name") == "nexopoll.tick"}
 
-        wait_for(lambda: any(t.get("state") == "SUCCESS" for t in seen().values()), 30,
-                 what="flower saw the tick succeed")  # fmt: skip
-        (task,) = seen().values()
+        def tick_seen() -> bool:
+            # Flower's event receiver may connect after /healthcheck answers: tick until
+            # one tick's events reach it
+            if any(t.get("state") == "SUCCESS" for t in seen().values()):
+                return True
+            app.send_task("nexopoll.tick", args=["a"])
+            return False
+
+        wait_for(tick_seen, 60, interval=2, what="flower saw a tick succeed")
+        assert stack.ticks("a") >= 1
+        task = next(t for t in seen().values() if t.get("state") == "SUCCESS")
         assert "'a'" in task["args"]
         assert requests.get(f"{base}/api/tasks", timeout=5).status_code == 401
         wrong = requests.get(f"{base}/api/tasks", auth=("ops", "nope"), timeout=5)

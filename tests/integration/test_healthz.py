@@ -29,13 +29,13 @@ def test_healthy_with_beat_then_503_when_beat_stops(stack, settings, monkeypatch
     stack.reload()
     beat = stack.beat()
     wait_for(lambda: health()[0] == 200, 30, what="healthz 200 with beat running")
-    code, body = health()
+    _, body = health()
     assert body["ok"] and body["checks"]["db"]["ok"] and body["checks"]["redis"]["ok"]
     assert body["checks"]["beat"]["lock_held"] and body["checks"]["beat"]["last_loop_age_secs"] < 2
     assert "hz-canary" not in json.dumps(body) and "redis://" not in json.dumps(body)
     beat.stop()
     wait_for(lambda: health()[0] == 503, 30, what="healthz 503 after beat stopped")
-    code, body = health()
+    _, body = health()
     assert not body["ok"] and not body["checks"]["beat"]["ok"]
     assert "has not looped" in body["checks"]["beat"]["reason"]
     assert body["checks"]["db"]["ok"] and body["checks"]["redis"]["ok"]
