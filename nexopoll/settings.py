@@ -109,7 +109,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # the process's real stderr: under Celery, sys.stderr is a proxy that re-logs every
+    # line as WARNING, so beat's and the worker's lines would come out twice-prefixed
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "stream": "ext://sys.__stderr__",
+        }
+    },
     "loggers": {
         "nexopoll": {
             "handlers": ["console"],

@@ -33,6 +33,9 @@ def test_healthy_with_beat_then_503_when_beat_stops(stack, settings, monkeypatch
     assert body["ok"] and body["checks"]["db"]["ok"] and body["checks"]["redis"]["ok"]
     assert body["checks"]["beat"]["lock_held"] and body["checks"]["beat"]["last_loop_age_secs"] < 2
     assert "hz-canary" not in json.dumps(body) and "redis://" not in json.dumps(body)
+    # beat's own lines come out once, at their level (not re-logged as WARNING)
+    lines = [ln for ln in beat.text().splitlines() if "beat.resync" in ln]
+    assert lines and all("INFO nexopoll.beat" in ln and "WARNING" not in ln for ln in lines)
     beat.stop()
     wait_for(lambda: health()[0] == 503, 30, what="healthz 503 after beat stopped")
     _, body = health()
