@@ -38,7 +38,7 @@ def browser():
     for flag in (
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--window-size=1600,1000", f"--user-data-dir={profile}",
+        "--disable-dev-shm-usage", "--window-size=1920,1000", f"--user-data-dir={profile}",
     ):  # fmt: skip
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)

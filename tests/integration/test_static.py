@@ -24,7 +24,8 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
     env = {
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
         "NEXOPOLL_DATA_DIR": str(tmp_path), "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": "static-test-" + "k" * 40, "NEXOPOLL_CONFIG": str(tmp_path / "none.yaml"),
+        "DJANGO_SECRET_KEY": "static-test-" + "k" * 40,
+        "NEXOPOLL_CONFIG": str(tmp_path / "none.yaml"),
         "REDIS_URL": "redis://127.0.0.1:1/0",
     }  # fmt: skip
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
