@@ -12,7 +12,7 @@ export REDIS_URL PORT NEXOPOLL_DEMO_BASE
 # processes find gunicorn, celery and python on PATH (the Procfile names no venv path)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint bench clean
+.PHONY: browser-deps run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,13 +77,21 @@ stop:
 	  for i in $$(seq 50); do kill -0 $$(cat data/redis.pid) 2>/dev/null || break; sleep 0.1; done; \
 	else echo "no redis-server started by make run is running"; fi
 
-test: venv redis-bin
+# Browser tests need Debian's chromium + chromium-driver (never a downloaded browser):
+# installed here when apt can; otherwise those tests skip and say why.
+browser-deps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { echo "installing chromium + chromium-driver (apt-get) for the browser tests"; \
+	    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || \
+	    echo "WARNING: could not install chromium: the browser tests will be SKIPPED"; }
+
+test: venv redis-bin browser-deps
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The DB suite (runtime and integration tests: everything that touches the DB,
 # Celery workers included) on PostgreSQL.
 test-pg: venv redis-bin
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/runtime tests/integration
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/runtime tests/admin tests/integration
 
 lint: venv
 	$(VENV)/bin/ruff check .
