@@ -5,7 +5,9 @@ of a pooled ``requests.Session`` (``trust_env=False``, no cookies):
 
 * the connect-time SSRF guard of :mod:`nexopoll.net.transport` on every hop;
 * redirects followed by hand (at most ``max_redirects``), each target checked
-  again, only http(s), credentials dropped when the origin changes;
+  again, only http(s), credentials dropped when the origin changes (as urllib3,
+  the parser that connects, reads it); a target spelled so that parsers could
+  disagree on its host is refused (:mod:`nexopoll.net.urls`);
 * a byte cap on both the wire bytes and the decoded bytes (gzip bombs stop
   after about ``max_bytes`` of output), and a total deadline over connect,
   headers and body, checked before every socket read, as is the cancel token.
@@ -20,8 +22,10 @@ DeadlineExceededError          transient   the total deadline passed
 ResponseTooLargeError          transient   Content-Length, wire or decoded
                                            bytes above ``max_bytes``
 BlockedURLError                permanent   a hop resolved to a forbidden address
-InvalidURLError                permanent   non-http(s) scheme (also in a
-                                           redirect), no host, bad header
+InvalidURLError                permanent   non-http(s) scheme, no host, a bad
+                                           header, or a spelling two URL
+                                           parsers read differently (see
+                                           :mod:`nexopoll.net.urls`)
 TooManyRedirectsError          permanent   more than ``max_redirects`` hops
 TransientHTTPError             transient   408, 429, 5xx (``classify_status``)
 PermanentHTTPError             permanent   401, 403, other 4xx, stray 3xx
@@ -45,7 +49,6 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3.exceptions
@@ -57,6 +60,7 @@ from nexopoll.core.ssrf import BlockedAddress
 
 from .decode import BoundedDecoder
 from .transport import Resolver, current_budget, session_for
+from .urls import InvalidURLError, checked_url, join_redirect, origin, redact
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_DEADLINE_SECS = 20.0
@@ -87,10 +91,6 @@ class BlockedURLError(PermanentError):
         self.ip = blocked.ip
         self.reason = blocked.reason
         super().__init__(f"{url}: host resolves to {blocked.ip} ({blocked.reason}): refused")
-
-
-class InvalidURLError(PermanentError):
-    """The URL (or a redirect target) is not an http(s) URL we may request."""
 
 
 class TooManyRedirectsError(PermanentError):
@@ -212,23 +212,24 @@ def fetch(
         data = jsonlib.dumps(json, separators=(",", ":"), ensure_ascii=False).encode()
         send_headers.setdefault("Content-Type", "application/json")
     secret = {name.lower() for name in secret_headers} | ALWAYS_SECRET
-    target = _checked_url(url, what="URL")
-    budget = _Budget(deadline_secs, cancel, _redact(target))
+    target = checked_url(url, what="URL")
+    budget = _Budget(deadline_secs, cancel, redact(target))
     session, is_private_session = session_for(
         allow_private=allow_private, resolver=resolver, allow_addresses=allow_addresses
     )
     token = current_budget.set(budget)
     try:
         for hop in range(max_redirects + 1):
-            budget.label = _redact(target)
+            budget.label = redact(target)
             with _send(session, method, target, send_headers, data, budget, connect_timeout) as r:
                 location = r.headers.get("Location") if r.status_code in _REDIRECTS else None
                 if not location or max_redirects == 0:
                     return _read(r, target, max_bytes, budget)
+                _drain(r, budget)
             if hop == max_redirects:
                 raise TooManyRedirectsError(f"{budget.label}: more than {max_redirects} redirects")
-            following = _checked_url(urljoin(target, location), what="redirect target")
-            if _origin(following) != _origin(target):
+            following = join_redirect(target, location, what=f"{budget.label}: redirect target")
+            if origin(following) != origin(target):
                 for name in list(send_headers):
                     if name.lower() in secret:
                         del send_headers[name]
@@ -257,24 +258,50 @@ def _send(
 ) -> requests.Response:
     left = budget.check()
     try:
-        return session.request(
-            method,
-            url,
-            headers=headers,
-            data=data,
-            stream=True,
-            allow_redirects=False,
-            timeout=(min(connect_timeout, left), left),
+        prepared = session.prepare_request(
+            requests.Request(method, url, headers=headers, data=data)
         )
-    except BlockedAddress as exc:
-        raise BlockedURLError(budget.label, exc) from exc
     except requests.exceptions.InvalidHeader:
         # requests' message quotes the header value, which may be a secret.
         raise InvalidURLError(f"{budget.label}: invalid request header") from None
     except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) as exc:
         raise InvalidURLError(f"{budget.label}: invalid URL") from exc
+    try:
+        # The adapter, not Session.send: that one parses a redirect's Location with
+        # urllib.parse (and may crash on it) even when redirects are not followed.
+        return session.get_adapter(prepared.url or url).send(
+            prepared,
+            stream=True,
+            timeout=(min(connect_timeout, left), left),
+            verify=session.verify,
+            cert=session.cert,
+            proxies={},
+        )
+    except BlockedAddress as exc:
+        raise BlockedURLError(budget.label, exc) from exc
+    except requests.exceptions.InvalidHeader:
+        raise InvalidURLError(f"{budget.label}: invalid request header") from None
+    except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) as exc:
+        raise InvalidURLError(f"{budget.label}: invalid URL") from exc
     except requests.exceptions.RequestException as exc:
         raise _network_error(exc, budget) from exc
+
+
+def _drain(resp: requests.Response, budget: _Budget, limit: int = _CHUNK) -> None:
+    """Read a redirect's (small) body, so its keep-alive connection goes back to the pool.
+
+    A body larger than ``limit`` is left unread: closing the response then drops
+    the connection instead.
+    """
+    try:
+        while limit > 0:
+            budget.check()
+            chunk = resp.raw.read1(min(_CHUNK, limit), decode_content=False)
+            if not chunk:
+                return
+            limit -= len(chunk)
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
+        return
 
 
 def _read(resp: requests.Response, url: str, max_bytes: int, budget: _Budget) -> Response:
@@ -336,38 +363,6 @@ def _root_reason(exc: BaseException) -> str:
             return cur.strerror
         todo += [cur.__cause__, cur.__context__, getattr(cur, "reason", None)]
     return type(exc).__name__
-
-
-def _checked_url(url: str, *, what: str) -> str:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise InvalidURLError(f"{what} is not a valid URL") from None
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise InvalidURLError(f"{what} scheme {scheme[:20]!r} refused: only http and https")
-    if not parts.hostname:
-        raise InvalidURLError(f"{what} has no host")
-    if any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise InvalidURLError(f"{what} contains whitespace or control characters")
-    return url
-
-
-def _origin(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
-
-
-def _redact(url: str) -> str:
-    """``scheme://host[:port]/path``: no userinfo, query or fragment (they may hold secrets)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme.lower()}://{host}{port}{parts.path or '/'}"
 
 
 def classify_status(
