@@ -27,6 +27,8 @@ InvalidURLError                permanent   non-http(s) scheme, no host, a bad
                                            parsers read differently (see
                                            :mod:`nexopoll.net.urls`)
 TooManyRedirectsError          permanent   more than ``max_redirects`` hops
+RedirectRefusedError           permanent   a non-GET/HEAD request redirected
+                                           to another origin (any 3xx)
 TransientHTTPError             transient   408, 429, 5xx (``classify_status``)
 PermanentHTTPError             permanent   401, 403, other 4xx, stray 3xx
 =============================  ==========  ===================================
@@ -95,6 +97,14 @@ class BlockedURLError(PermanentError):
 
 class TooManyRedirectsError(PermanentError):
     """The chain of redirects is longer than ``max_redirects``."""
+
+
+class RedirectRefusedError(PermanentError):
+    """A request other than GET/HEAD was redirected to another origin.
+
+    Its body (and whatever secrets it carries) is never re-sent elsewhere; a
+    redirect within the origin is followed.
+    """
 
 
 class TransientHTTPError(TransientError):
@@ -175,7 +185,10 @@ def fetch(
     """Request ``url`` through the SSRF guard and return the whole, capped response.
 
     Args:
-        method: HTTP method; 303 (and 301/302 after a POST) switch to GET.
+        method: HTTP method; 303 (and 301/302 after a POST) switch to GET. A
+            method other than GET/HEAD follows a redirect only within its
+            origin (307/308 re-send the body); to another origin it raises
+            RedirectRefusedError, whatever the status.
         url: an http(s) URL.
         headers: request headers. ``Accept-Encoding`` is owned by this layer.
         secret_headers: names (any case) dropped when a redirect changes the
@@ -199,7 +212,8 @@ def fetch(
 
     Raises:
         FetchError, DeadlineExceededError, ResponseTooLargeError: transient.
-        BlockedURLError, InvalidURLError, TooManyRedirectsError: permanent.
+        BlockedURLError, InvalidURLError, TooManyRedirectsError,
+        RedirectRefusedError: permanent.
         nexopoll.core.contract.Cancelled: ``cancel`` was set.
     """
     if body is not None and json is not None:
@@ -229,6 +243,12 @@ def fetch(
             if hop == max_redirects:
                 raise TooManyRedirectsError(f"{budget.label}: more than {max_redirects} redirects")
             following = join_redirect(target, location, what=f"{budget.label}: redirect target")
+            if origin(following) != origin(target) and method not in ("GET", "HEAD"):
+                raise RedirectRefusedError(
+                    f"{budget.label}: {r.status_code} redirect of a {method} request to another"
+                    f" origin ({_origin_text(following)}) refused: a request with a body is"
+                    " only redirected within its own origin"
+                )
             if origin(following) != origin(target):
                 for name in list(send_headers):
                     if name.lower() in secret:
@@ -338,6 +358,11 @@ def _read(resp: requests.Response, url: str, max_bytes: int, budget: _Budget) ->
         raise _network_error(exc, budget) from exc
     headers = MappingProxyType(CaseInsensitiveDict(resp.headers))
     return Response(status=resp.status_code, headers=headers, body=bytes(out), url=url)
+
+
+def _origin_text(url: str) -> str:
+    scheme, host, port = origin(url)
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _network_error(exc: BaseException, budget: _Budget) -> FetchError:
