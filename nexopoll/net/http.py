@@ -47,8 +47,6 @@ import json as jsonlib
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -61,12 +59,28 @@ from nexopoll.core.errors import PermanentError, TransientError
 from nexopoll.core.ssrf import BlockedAddress
 
 from .decode import BoundedDecoder
+from .status import PermanentHTTPError, TransientHTTPError, classify_status, parse_retry_after
 from .transport import Resolver, current_budget, session_for
 from .urls import InvalidURLError, checked_url, join_redirect, origin, redact
 
+__all__ = [
+    "BlockedURLError",
+    "DeadlineExceededError",
+    "FetchError",
+    "InvalidURLError",
+    "PermanentHTTPError",
+    "RedirectRefusedError",
+    "Response",
+    "ResponseTooLargeError",
+    "TooManyRedirectsError",
+    "TransientHTTPError",
+    "classify_status",
+    "fetch",
+    "parse_retry_after",
+]
+
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_DEADLINE_SECS = 20.0
-MAX_RETRY_AFTER = timedelta(hours=1)
 ALWAYS_SECRET = frozenset({"authorization", "proxy-authorization", "cookie"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 65536
@@ -105,22 +119,6 @@ class RedirectRefusedError(PermanentError):
     Its body (and whatever secrets it carries) is never re-sent elsewhere; a
     redirect within the origin is followed.
     """
-
-
-class TransientHTTPError(TransientError):
-    """A status that may heal by itself: 408, 429 and 5xx."""
-
-    def __init__(self, status: int, retry_after: timedelta | None = None) -> None:
-        self.status = status
-        super().__init__(_status_text(status), retry_after=retry_after)
-
-
-class PermanentHTTPError(PermanentError):
-    """A status that needs an operator: 401, 403, other 4xx, an unfollowed 3xx."""
-
-    def __init__(self, status: int) -> None:
-        self.status = status
-        super().__init__(_status_text(status))
 
 
 @dataclass(frozen=True)
@@ -388,74 +386,3 @@ def _root_reason(exc: BaseException) -> str:
             return cur.strerror
         todo += [cur.__cause__, cur.__context__, getattr(cur, "reason", None)]
     return type(exc).__name__
-
-
-def classify_status(
-    status: int, headers: Mapping[str, str], *, now: datetime | None = None
-) -> None:
-    """Return for 2xx and 304; otherwise raise the error class for ``status``.
-
-    =========================  =====================================================
-    status                     outcome
-    =========================  =====================================================
-    2xx, 304                   return
-    401, 403                   PermanentHTTPError (credentials rejected)
-    408, 429                   TransientHTTPError, ``retry_after`` from Retry-After
-    other 4xx                  PermanentHTTPError
-    503                        TransientHTTPError, ``retry_after`` from Retry-After
-    other 5xx                  TransientHTTPError
-    1xx, other 3xx             PermanentHTTPError (a redirect fetch did not follow)
-    =========================  =====================================================
-
-    Args:
-        status: the response status.
-        headers: response headers (any mapping; looked up case-insensitively).
-        now: aware "now" for HTTP-date Retry-After values (default: the clock).
-    """
-    if 200 <= status < 300 or status == 304:
-        return
-    if status in (408, 429) or status >= 500:
-        retry_after = None
-        if status in (408, 429, 503):
-            retry_after = parse_retry_after(_header(headers, "Retry-After"), now=now)
-        raise TransientHTTPError(status, retry_after)
-    raise PermanentHTTPError(status)
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> timedelta | None:
-    """Parse ``Retry-After`` (delay-seconds or HTTP-date), capped at one hour.
-
-    Examples:
-        ``"120"`` → 2 min; ``"86400"`` → 1 h (cap); a date 30 s after ``now`` →
-        30 s; a date in the past → 0; ``"soon"`` or None → None.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        delay = timedelta(seconds=int(value[:7]))
-    else:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        delay = max(timedelta(0), when - (now or datetime.now(UTC)))
-    return min(delay, MAX_RETRY_AFTER)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    value = headers.get(name)
-    if value is not None:
-        return value
-    lowered = name.lower()
-    return next((v for k, v in headers.items() if k.lower() == lowered), None)
-
-
-def _status_text(status: int) -> str:
-    try:
-        phrase = http.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "unknown status"
-    return f"HTTP {status} {phrase}"
