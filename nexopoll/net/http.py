@@ -17,7 +17,9 @@ Error classes (all :class:`~nexopoll.core.errors.PollerError`):
 =============================  ==========  ===================================
 class                          family      raised for
 =============================  ==========  ===================================
-FetchError                     transient   connect/read failures, corrupt body
+FetchError                     transient   connect/read failures, corrupt body,
+                                           malformed response headers
+                                           (conflicting Content-Length)
 DeadlineExceededError          transient   the total deadline passed
 ResponseTooLargeError          transient   Content-Length, wire or decoded
                                            bytes above ``max_bytes``
@@ -297,8 +299,11 @@ def _send(
         )
     except BlockedAddress as exc:
         raise BlockedURLError(budget.label, exc) from exc
-    except requests.exceptions.InvalidHeader:
-        raise InvalidURLError(f"{budget.label}: invalid request header") from None
+    except requests.exceptions.InvalidHeader as exc:
+        # The request was prepared above, so this is the response's fault (urllib3:
+        # conflicting Content-Length values): the server's, and it may heal.
+        reason = str(exc.args[0]) if exc.args else "invalid header"
+        raise FetchError(f"{budget.label}: malformed response headers ({reason[:200]})") from exc
     except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) as exc:
         raise InvalidURLError(f"{budget.label}: invalid URL") from exc
     except requests.exceptions.RequestException as exc:

@@ -121,3 +121,21 @@ def test_a_secret_in_the_polled_url_is_masked_in_state_and_alerts(cfg, monkeypat
     alert = Delivery.objects.get(purpose="alert")
     for text in (s.last_error, alert.payload["text"], repr(list(PollState.objects.values()))):
         assert "CANARYsecret" not in text
+
+
+def test_conflicting_content_length_is_retried_not_paused(cfg):
+    from tests.support.rawserver import RawServer
+
+    raw = b'HTTP/1.1 200 OK\r\nContent-Length: 12\r\nContent-Length: 2\r\n\r\n{"items":[]}'
+    server = RawServer(raw)
+    try:
+        cfg.write([poll_job(server.url + "items")])
+        cfg.reload()
+        report = tick_job("w", now=NOW)
+        s = PollState.objects.get(job_id="w")
+        assert report.status == "transient" and report.retry_at is not None
+        assert not s.paused and s.consecutive_errors == 1
+        assert "Content-Length" in s.last_error
+        assert Delivery.objects.filter(purpose="alert").count() == 0
+    finally:
+        server.close()
