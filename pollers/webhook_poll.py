@@ -14,17 +14,27 @@ Config (``pollers.yaml`` → ``jobs[].config``)::
     allow_private_networks: false      # opt in to loopback / private targets
     timeout_secs: 20                   # total deadline, <= 120
     max_bytes: 5242880                 # body cap (wire and decoded), <= 50 MiB
-    seen_capacity: 1000                # ids remembered for dedup
+    seen_capacity: 1000                # ids remembered for dedup (at least; see below)
 
 Behaviour chosen where the seeds are silent:
 
 - **First tick delivers** what the endpoint returns (up to ``max_per_tick``),
   as the seed's module does; there is no silent baseline.
-- **Cursor** is ``{"v": 1, "seen": [...]}``: the ids of the last
-  ``seen_capacity`` delivered items, oldest dropped first. Items beyond
-  ``max_per_tick`` are not marked seen and go out on the next tick. Ids are
-  compared as strings (``1`` and ``"1"`` are the same item); ids longer than
-  200 characters are remembered by their SHA-256.
+- **Cursor** is ``{"v": 1, "seen": [...]}``: a ring of delivered ids, oldest
+  first. Items beyond ``max_per_tick`` are not marked seen and go out on the
+  next tick. Ids are compared as strings (``1`` and ``"1"`` are the same item);
+  ids longer than 200 characters are remembered by their SHA-256.
+- **The ring covers the listing.** Its capacity is the largest of
+  ``seen_capacity``, the number of ids in the current listing, and the ring's
+  own size (it never shrinks below what it held, up to ``max(seen_capacity,
+  MAX_LISTING)``); when it is full, the oldest ids *absent from the current
+  listing* go first. An id still listed is never forgotten, so a listing larger
+  than ``seen_capacity`` is delivered completely, each item once, over as many
+  ticks as ``max_per_tick`` needs. An id that left the listing comes back as new
+  only after enough newer ids pushed it out of the ring.
+- **Hard cap.** A listing of more than ``MAX_LISTING`` (10,000) items raises
+  ``PermanentError`` naming both numbers: the job pauses and alerts through
+  ``failure_to`` rather than loop; narrow the query or page size.
 - **Items without a usable id** (missing, null, empty, bool, object or array)
   are skipped and reported through ``host.log("warning", ...)``.
 - **Secret headers**: the runtime expands ``${VAR}`` before ``tick``, so which
@@ -61,6 +71,7 @@ from nexopoll.net import http
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 MAX_MAX_BYTES = 50 * 1024 * 1024
 MAX_ID_CHARS = 200
+MAX_LISTING = 10_000
 CURSOR_VERSION = 1
 NON_SECRET_HEADERS = frozenset(
     {"accept", "accept-language", "content-type", "user-agent", "cache-control"}
@@ -209,6 +220,11 @@ class WebhookPollPoller(Poller):
         if resp.status == 304:
             return TickAck(next_interval_hint=hint)
         items = parse_items(resp.body, cfg.items_path)
+        if len(items) > MAX_LISTING:
+            raise PermanentError(
+                f"the listing has {len(items)} items, more than webhook_poll's hard cap of"
+                f" {MAX_LISTING}: narrow the query or its page size (nothing was delivered)"
+            )
 
         fresh, without_id = select_new(items, cfg.id_field, seen, cfg.max_per_tick)
         for ident, item in fresh:
@@ -222,14 +238,9 @@ class WebhookPollPoller(Poller):
             ctx.host.log(
                 "warning", "webhook_poll.items_without_id", count=without_id, id_field=cfg.id_field
             )
-        if len(items) > cfg.seen_capacity:
-            ctx.host.log(
-                "warning",
-                "webhook_poll.seen_capacity_too_small",
-                items=len(items),
-                seen_capacity=cfg.seen_capacity,
-            )
-        next_seen = remember(seen, [ident for ident, _ in fresh], cfg.seen_capacity)
+        listed = listed_keys(items, cfg.id_field)
+        capacity = ring_capacity(cfg.seen_capacity, len(listed), len(seen))
+        next_seen = remember(seen, [ident for ident, _ in fresh], capacity, keep=listed)
         return TickAck(
             next_cursor=encode_cursor(next_seen) if next_seen != seen else None,
             next_interval_hint=hint,
@@ -292,10 +303,47 @@ def select_new(
     return fresh, without_id
 
 
-def remember(seen: list[str], new_ids: list[str], capacity: int) -> list[str]:
-    """Append ``new_ids`` to the ring and keep the newest ``capacity`` entries."""
+def listed_keys(items: list[Any], id_field: str) -> frozenset[str]:
+    """The ring keys of every item in the listing that has a usable id."""
+    return frozenset(
+        _seen_key(ident) for ident in (item_id(i, id_field) for i in items) if ident is not None
+    )
+
+
+def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:
+    """How many ids the ring may hold after this tick.
+
+    At least ``seen_capacity`` and the ``listed`` ids of the current listing (at
+    most ``MAX_LISTING``), and not less than the ``held`` ids it already has, up to
+    ``max(seen_capacity, MAX_LISTING)``: a listing that shrinks for a while does
+    not make the ring forget the ids it may list again.
+
+    Examples:
+        ``ring_capacity(1000, 1500, 0)`` → 1500; ``ring_capacity(1000, 550, 1500)``
+        → 1500; ``ring_capacity(1000, 10, 50_000)`` → 10,000.
+    """
+    return max(seen_capacity, listed, min(held, max(seen_capacity, MAX_LISTING)))
+
+
+def remember(
+    seen: list[str], new_ids: list[str], capacity: int, keep: frozenset[str] = frozenset()
+) -> list[str]:
+    """Append ``new_ids`` to the ring and trim it to ``capacity``, oldest first.
+
+    Entries in ``keep`` (the ids still in the listing) are never dropped; with
+    ``capacity`` at least ``len(keep)`` there are always enough others to drop.
+    """
     ring = seen + [_seen_key(i) for i in new_ids]
-    return ring[-capacity:]
+    excess = len(ring) - capacity
+    if excess <= 0:
+        return ring
+    kept: list[str] = []
+    for key in ring:
+        if excess > 0 and key not in keep:
+            excess -= 1
+            continue
+        kept.append(key)
+    return kept
 
 
 def decode_cursor(raw: bytes | None) -> list[str]:
