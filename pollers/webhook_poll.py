@@ -67,6 +67,7 @@ from nexopoll.core.contract import PollContext, Poller, TickAck
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.templates import TemplateError, check_template, lookup, render
 from nexopoll.net import http
+from nexopoll.net.urls import InvalidURLError, checked_url
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 MAX_MAX_BYTES = 50 * 1024 * 1024
@@ -129,6 +130,10 @@ class WebhookPollConfig(BaseModel):
             raise ValueError("must be an http:// or https:// URL")
         if not rest or rest[0] in "/?#" or any(c.isspace() or ord(c) < 32 for c in value):
             raise ValueError("must be an http(s) URL with a host and no whitespace")
+        try:  # the spelling rules fetch applies (one reading by every URL parser)
+            checked_url(value)
+        except InvalidURLError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("headers")
