@@ -186,9 +186,9 @@ def fetch(
 
     Args:
         method: HTTP method; 303 (and 301/302 after a POST) switch to GET. A
-            method other than GET/HEAD follows a redirect only within its
-            origin (307/308 re-send the body); to another origin it raises
-            RedirectRefusedError, whatever the status.
+            method other than GET/HEAD, or any request with a body, follows a
+            redirect only within its origin (307/308 re-send the body); to
+            another origin it raises RedirectRefusedError, whatever the status.
         url: an http(s) URL.
         headers: request headers. ``Accept-Encoding`` is owned by this layer.
         secret_headers: names (any case) dropped when a redirect changes the
@@ -243,11 +243,14 @@ def fetch(
             if hop == max_redirects:
                 raise TooManyRedirectsError(f"{budget.label}: more than {max_redirects} redirects")
             following = join_redirect(target, location, what=f"{budget.label}: redirect target")
-            if origin(following) != origin(target) and method not in ("GET", "HEAD"):
+            if origin(following) != origin(target) and (
+                method not in ("GET", "HEAD") or data is not None
+            ):
+                what = f"{method} request" if data is None else f"{method} request with a body"
                 raise RedirectRefusedError(
-                    f"{budget.label}: {r.status_code} redirect of a {method} request to another"
-                    f" origin ({_origin_text(following)}) refused: a request with a body is"
-                    " only redirected within its own origin"
+                    f"{budget.label}: {r.status_code} redirect of a {what} to another origin"
+                    f" ({_origin_text(following)}) refused: only GET and HEAD requests without"
+                    " a body follow a redirect to another origin"
                 )
             if origin(following) != origin(target):
                 for name in list(send_headers):

@@ -42,7 +42,7 @@ def test_a_request_with_a_body_never_leaves_its_origin(a, b, method, status) -> 
         send(method, f"http://localhost:{a.port}/hook")
     assert isinstance(info.value, PermanentError)
     text = str(info.value)
-    assert f"{status} redirect of a {method} request to another origin" in text
+    assert f"{status} redirect of a {method} request with a body to another origin" in text
     assert "refused" in text and "s3cr3t" not in text
     assert b.hits() == 0
 
@@ -98,3 +98,30 @@ def test_max_redirects_zero_still_returns_the_redirect(a, b) -> None:
     a.route("POST", "/hook", redirect(f"http://127.0.0.1:{b.port}/x", status=307))
     resp = send("POST", f"http://localhost:{a.port}/hook", max_redirects=0)
     assert resp.status == 307 and b.hits() == 0
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_get_with_a_body_never_leaves_its_origin_either(a, b, status) -> None:
+    b.route("GET", "/x", json_reply({}))
+    a.route("GET", "/q", redirect(f"http://127.0.0.1:{b.port}/x", status=status))
+    with pytest.raises(http.RedirectRefusedError, match="GET request with a body"):
+        send("GET", f"http://localhost:{a.port}/q")
+    assert b.hits() == 0
+
+
+def test_after_a_303_the_get_without_a_body_may_leave_the_origin(a, b) -> None:
+    """303 turns the POST into a bodiless GET: from then on it is an ordinary GET."""
+    b.route("GET", "/done", json_reply({"ok": True}))
+    a.route("POST", "/form", redirect("/result", status=303))
+    a.route("GET", "/result", redirect(f"http://127.0.0.1:{b.port}/done", status=302))
+    resp = send("POST", f"http://localhost:{a.port}/form", headers={"Authorization": "Bearer t"})
+    assert resp.status == 200 and b.hits("/done") == 1
+    assert b.requests[0].body == b"" and b.requests[0].header("Authorization") is None
+
+
+def test_a_bodiless_delete_is_refused_too(a, b) -> None:
+    b.route("DELETE", "/x", json_reply({}))
+    a.route("DELETE", "/item", redirect(f"http://127.0.0.1:{b.port}/x", status=307))
+    with pytest.raises(http.RedirectRefusedError, match="307 redirect of a DELETE request to"):
+        http.fetch("DELETE", f"http://localhost:{a.port}/item", allow_private=True)
+    assert b.hits() == 0

@@ -153,7 +153,7 @@ def test_a_post_redirected_to_another_origin_pauses_and_never_reaches_it(cfg, mo
         report = tick_job("w", now=NOW)
         s = PollState.objects.get(job_id="w")
         assert report.status == "permanent" and s.paused
-        assert "307 redirect of a POST request to another origin" in s.paused_reason
+        assert "307 redirect of a POST request with a body to another" in s.paused_reason
         assert other.hits() == 0
         assert api.requests[0].body == b'{"token":"body-CANARY-s3cret"}'
         assert "CANARY" not in repr(list(PollState.objects.values()))
