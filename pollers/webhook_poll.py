@@ -68,7 +68,7 @@ from nexopoll.core.templates import TemplateError, check_template, lookup, rende
 from nexopoll.net import http
 from nexopoll.net.urls import InvalidURLError, checked_url
 
-from ._seen import (
+from .webhook_seen import (
     MAX_LISTING,
     decode_cursor,
     encode_cursor,
