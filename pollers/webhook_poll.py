@@ -14,17 +14,27 @@ Config (``pollers.yaml`` → ``jobs[].config``)::
     allow_private_networks: false      # opt in to loopback / private targets
     timeout_secs: 20                   # total deadline, <= 120
     max_bytes: 5242880                 # body cap (wire and decoded), <= 50 MiB
-    seen_capacity: 1000                # ids remembered for dedup
+    seen_capacity: 1000                # ids remembered for dedup (at least; see below)
 
 Behaviour chosen where the seeds are silent:
 
 - **First tick delivers** what the endpoint returns (up to ``max_per_tick``),
   as the seed's module does; there is no silent baseline.
-- **Cursor** is ``{"v": 1, "seen": [...]}``: the ids of the last
-  ``seen_capacity`` delivered items, oldest dropped first. Items beyond
-  ``max_per_tick`` are not marked seen and go out on the next tick. Ids are
-  compared as strings (``1`` and ``"1"`` are the same item); ids longer than
-  200 characters are remembered by their SHA-256.
+- **Cursor** is ``{"v": 1, "seen": [...]}``: a ring of delivered ids, oldest
+  first. Items beyond ``max_per_tick`` are not marked seen and go out on the
+  next tick. Ids are compared as strings (``1`` and ``"1"`` are the same item);
+  ids longer than 200 characters are remembered by their SHA-256.
+- **The ring covers the listing.** Its capacity is the largest of
+  ``seen_capacity``, the number of ids in the current listing, and the ring's
+  own size (it never shrinks below what it held, up to ``max(seen_capacity,
+  MAX_LISTING)``); when it is full, the oldest ids *absent from the current
+  listing* go first. An id still listed is never forgotten, so a listing larger
+  than ``seen_capacity`` is delivered completely, each item once, over as many
+  ticks as ``max_per_tick`` needs. An id that left the listing comes back as new
+  only after enough newer ids pushed it out of the ring.
+- **Hard cap.** A listing of more than ``MAX_LISTING`` (10,000) items raises
+  ``PermanentError`` naming both numbers: the job pauses and alerts through
+  ``failure_to`` rather than loop; narrow the query or page size.
 - **Items without a usable id** (missing, null, empty, bool, object or array)
   are skipped and reported through ``host.log("warning", ...)``.
 - **Secret headers**: the runtime expands ``${VAR}`` before ``tick``, so which
@@ -37,7 +47,6 @@ Behaviour chosen where the seeds are silent:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -57,11 +66,33 @@ from nexopoll.core.contract import PollContext, Poller, TickAck
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.templates import TemplateError, check_template, lookup, render
 from nexopoll.net import http
+from nexopoll.net.urls import InvalidURLError, checked_url
+
+from .webhook_seen import (
+    MAX_LISTING,
+    decode_cursor,
+    encode_cursor,
+    remember,
+    ring_capacity,
+    seen_key,
+)
+
+__all__ = [
+    "MAX_LISTING",
+    "WebhookPollConfig",
+    "WebhookPollPoller",
+    "decode_cursor",
+    "encode_cursor",
+    "item_id",
+    "listed_keys",
+    "parse_items",
+    "remember",
+    "ring_capacity",
+    "select_new",
+]
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 MAX_MAX_BYTES = 50 * 1024 * 1024
-MAX_ID_CHARS = 200
-CURSOR_VERSION = 1
 NON_SECRET_HEADERS = frozenset(
     {"accept", "accept-language", "content-type", "user-agent", "cache-control"}
 )
@@ -118,6 +149,10 @@ class WebhookPollConfig(BaseModel):
             raise ValueError("must be an http:// or https:// URL")
         if not rest or rest[0] in "/?#" or any(c.isspace() or ord(c) < 32 for c in value):
             raise ValueError("must be an http(s) URL with a host and no whitespace")
+        try:  # the spelling rules fetch applies (one reading by every URL parser)
+            checked_url(value)
+        except InvalidURLError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("headers")
@@ -209,6 +244,11 @@ class WebhookPollPoller(Poller):
         if resp.status == 304:
             return TickAck(next_interval_hint=hint)
         items = parse_items(resp.body, cfg.items_path)
+        if len(items) > MAX_LISTING:
+            raise PermanentError(
+                f"the listing has {len(items)} items, more than webhook_poll's hard cap of"
+                f" {MAX_LISTING}: narrow the query or its page size (nothing was delivered)"
+            )
 
         fresh, without_id = select_new(items, cfg.id_field, seen, cfg.max_per_tick)
         for ident, item in fresh:
@@ -222,14 +262,9 @@ class WebhookPollPoller(Poller):
             ctx.host.log(
                 "warning", "webhook_poll.items_without_id", count=without_id, id_field=cfg.id_field
             )
-        if len(items) > cfg.seen_capacity:
-            ctx.host.log(
-                "warning",
-                "webhook_poll.seen_capacity_too_small",
-                items=len(items),
-                seen_capacity=cfg.seen_capacity,
-            )
-        next_seen = remember(seen, [ident for ident, _ in fresh], cfg.seen_capacity)
+        listed = listed_keys(items, cfg.id_field)
+        capacity = ring_capacity(cfg.seen_capacity, len(listed), len(seen))
+        next_seen = remember(seen, [ident for ident, _ in fresh], capacity, keep=listed)
         return TickAck(
             next_cursor=encode_cursor(next_seen) if next_seen != seen else None,
             next_interval_hint=hint,
@@ -284,7 +319,7 @@ def select_new(
         if ident is None:
             without_id += 1
             continue
-        key = _seen_key(ident)
+        key = seen_key(ident)
         if key in known or len(fresh) >= limit:
             continue
         known.add(key)
@@ -292,43 +327,11 @@ def select_new(
     return fresh, without_id
 
 
-def remember(seen: list[str], new_ids: list[str], capacity: int) -> list[str]:
-    """Append ``new_ids`` to the ring and keep the newest ``capacity`` entries."""
-    ring = seen + [_seen_key(i) for i in new_ids]
-    return ring[-capacity:]
-
-
-def decode_cursor(raw: bytes | None) -> list[str]:
-    """The seen-id ring stored in ``raw``; ``[]`` for a first run.
-
-    Raises:
-        PermanentError: the cursor is corrupt or has an unknown version
-            (an operator reset re-baselines the job).
-    """
-    if raw is None:
-        return []
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise PermanentError("webhook_poll cursor is not valid JSON; reset the job") from None
-    version = doc.get("v") if isinstance(doc, dict) else None
-    if version != CURSOR_VERSION:
-        raise PermanentError(f"unsupported webhook_poll cursor version {version!r}; reset the job")
-    seen = doc.get("seen")
-    if not isinstance(seen, list) or not all(isinstance(s, str) for s in seen):
-        raise PermanentError("webhook_poll cursor has no valid 'seen' list; reset the job")
-    return seen
-
-
-def encode_cursor(seen: list[str]) -> bytes:
-    doc = {"v": CURSOR_VERSION, "seen": seen}
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _seen_key(ident: str) -> str:
-    if len(ident) <= MAX_ID_CHARS:
-        return ident
-    return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()
+def listed_keys(items: list[Any], id_field: str) -> frozenset[str]:
+    """The ring keys of every item in the listing that has a usable id."""
+    return frozenset(
+        seen_key(ident) for ident in (item_id(i, id_field) for i in items) if ident is not None
+    )
 
 
 def _reject_constant(name: str) -> Any:

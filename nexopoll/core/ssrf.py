@@ -20,19 +20,27 @@ from collections.abc import Iterable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Cloud instance-metadata endpoints: refused even when a job allows private networks.
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in (
-        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean, ...
-        "169.254.170.2",  # AWS ECS task metadata
-        "169.254.169.123",  # AWS time sync
-        "fd00:ec2::254",  # AWS IMDS over IPv6
-        "fd00:ec2::23",  # AWS time sync over IPv6
-        "100.100.100.200",  # Alibaba Cloud
-        "192.0.0.192",  # Oracle Cloud (legacy)
-    )
+# Cloud instance-metadata and credential endpoints: refused even when a job allows
+# private networks. 168.63.129.16 is a public address, so it is refused by name here.
+METADATA_TABLE: tuple[tuple[str, str], ...] = (
+    ("169.254.169.254", "AWS, GCP, Azure, OpenStack, Oracle, DigitalOcean, Hetzner ... IMDS"),
+    ("fd00:ec2::254", "AWS IMDS over IPv6"),
+    ("169.254.170.2", "AWS ECS task metadata and credentials"),
+    ("169.254.170.23", "AWS EKS Pod Identity agent (credentials)"),
+    ("fd00:ec2::23", "AWS EKS Pod Identity agent over IPv6"),
+    ("169.254.169.123", "AWS Time Sync"),
+    ("fd00:ec2::123", "AWS Time Sync over IPv6"),
+    ("fd20:ce::254", "GCP metadata server over IPv6"),
+    ("169.254.169.252", "GKE metadata server (Workload Identity)"),
+    ("168.63.129.16", "Azure WireServer"),
+    ("100.100.100.200", "Alibaba Cloud metadata"),
+    ("169.254.0.23", "Tencent Cloud metadata"),
+    ("192.0.0.192", "Oracle Cloud Classic metadata"),
+    ("169.254.42.42", "Scaleway metadata"),
+    ("fd00:42::42", "Scaleway metadata over IPv6"),
+    ("fe80::a9fe:a9fe", "OpenStack metadata over IPv6"),
 )
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a, _ in METADATA_TABLE)
 
 _V4_TABLE: tuple[tuple[str, str], ...] = (
     ("0.0.0.0/32", "unspecified"),

@@ -5,7 +5,9 @@ of a pooled ``requests.Session`` (``trust_env=False``, no cookies):
 
 * the connect-time SSRF guard of :mod:`nexopoll.net.transport` on every hop;
 * redirects followed by hand (at most ``max_redirects``), each target checked
-  again, only http(s), credentials dropped when the origin changes;
+  again, only http(s), credentials dropped when the origin changes (as urllib3,
+  the parser that connects, reads it); a target spelled so that parsers could
+  disagree on its host is refused (:mod:`nexopoll.net.urls`);
 * a byte cap on both the wire bytes and the decoded bytes (gzip bombs stop
   after about ``max_bytes`` of output), and a total deadline over connect,
   headers and body, checked before every socket read, as is the cancel token.
@@ -15,14 +17,20 @@ Error classes (all :class:`~nexopoll.core.errors.PollerError`):
 =============================  ==========  ===================================
 class                          family      raised for
 =============================  ==========  ===================================
-FetchError                     transient   connect/read failures, corrupt body
+FetchError                     transient   connect/read failures, corrupt body,
+                                           malformed response headers
+                                           (conflicting Content-Length)
 DeadlineExceededError          transient   the total deadline passed
 ResponseTooLargeError          transient   Content-Length, wire or decoded
                                            bytes above ``max_bytes``
 BlockedURLError                permanent   a hop resolved to a forbidden address
-InvalidURLError                permanent   non-http(s) scheme (also in a
-                                           redirect), no host, bad header
+InvalidURLError                permanent   non-http(s) scheme, no host, a bad
+                                           header, or a spelling two URL
+                                           parsers read differently (see
+                                           :mod:`nexopoll.net.urls`)
 TooManyRedirectsError          permanent   more than ``max_redirects`` hops
+RedirectRefusedError           permanent   a non-GET/HEAD request redirected
+                                           to another origin (any 3xx)
 TransientHTTPError             transient   408, 429, 5xx (``classify_status``)
 PermanentHTTPError             permanent   401, 403, other 4xx, stray 3xx
 =============================  ==========  ===================================
@@ -41,11 +49,8 @@ import json as jsonlib
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3.exceptions
@@ -56,11 +61,28 @@ from nexopoll.core.errors import PermanentError, TransientError
 from nexopoll.core.ssrf import BlockedAddress
 
 from .decode import BoundedDecoder
+from .status import PermanentHTTPError, TransientHTTPError, classify_status, parse_retry_after
 from .transport import Resolver, current_budget, session_for
+from .urls import InvalidURLError, checked_url, join_redirect, origin, redact
+
+__all__ = [
+    "BlockedURLError",
+    "DeadlineExceededError",
+    "FetchError",
+    "InvalidURLError",
+    "PermanentHTTPError",
+    "RedirectRefusedError",
+    "Response",
+    "ResponseTooLargeError",
+    "TooManyRedirectsError",
+    "TransientHTTPError",
+    "classify_status",
+    "fetch",
+    "parse_retry_after",
+]
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_DEADLINE_SECS = 20.0
-MAX_RETRY_AFTER = timedelta(hours=1)
 ALWAYS_SECRET = frozenset({"authorization", "proxy-authorization", "cookie"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 65536
@@ -89,28 +111,16 @@ class BlockedURLError(PermanentError):
         super().__init__(f"{url}: host resolves to {blocked.ip} ({blocked.reason}): refused")
 
 
-class InvalidURLError(PermanentError):
-    """The URL (or a redirect target) is not an http(s) URL we may request."""
-
-
 class TooManyRedirectsError(PermanentError):
     """The chain of redirects is longer than ``max_redirects``."""
 
 
-class TransientHTTPError(TransientError):
-    """A status that may heal by itself: 408, 429 and 5xx."""
+class RedirectRefusedError(PermanentError):
+    """A request other than GET/HEAD was redirected to another origin.
 
-    def __init__(self, status: int, retry_after: timedelta | None = None) -> None:
-        self.status = status
-        super().__init__(_status_text(status), retry_after=retry_after)
-
-
-class PermanentHTTPError(PermanentError):
-    """A status that needs an operator: 401, 403, other 4xx, an unfollowed 3xx."""
-
-    def __init__(self, status: int) -> None:
-        self.status = status
-        super().__init__(_status_text(status))
+    Its body (and whatever secrets it carries) is never re-sent elsewhere; a
+    redirect within the origin is followed.
+    """
 
 
 @dataclass(frozen=True)
@@ -175,7 +185,10 @@ def fetch(
     """Request ``url`` through the SSRF guard and return the whole, capped response.
 
     Args:
-        method: HTTP method; 303 (and 301/302 after a POST) switch to GET.
+        method: HTTP method; 303 (and 301/302 after a POST) switch to GET. A
+            method other than GET/HEAD, or any request with a body, follows a
+            redirect only within its origin (307/308 re-send the body); to
+            another origin it raises RedirectRefusedError, whatever the status.
         url: an http(s) URL.
         headers: request headers. ``Accept-Encoding`` is owned by this layer.
         secret_headers: names (any case) dropped when a redirect changes the
@@ -199,7 +212,8 @@ def fetch(
 
     Raises:
         FetchError, DeadlineExceededError, ResponseTooLargeError: transient.
-        BlockedURLError, InvalidURLError, TooManyRedirectsError: permanent.
+        BlockedURLError, InvalidURLError, TooManyRedirectsError,
+        RedirectRefusedError: permanent.
         nexopoll.core.contract.Cancelled: ``cancel`` was set.
     """
     if body is not None and json is not None:
@@ -212,23 +226,33 @@ def fetch(
         data = jsonlib.dumps(json, separators=(",", ":"), ensure_ascii=False).encode()
         send_headers.setdefault("Content-Type", "application/json")
     secret = {name.lower() for name in secret_headers} | ALWAYS_SECRET
-    target = _checked_url(url, what="URL")
-    budget = _Budget(deadline_secs, cancel, _redact(target))
+    target = checked_url(url, what="URL")
+    budget = _Budget(deadline_secs, cancel, redact(target))
     session, is_private_session = session_for(
         allow_private=allow_private, resolver=resolver, allow_addresses=allow_addresses
     )
     token = current_budget.set(budget)
     try:
         for hop in range(max_redirects + 1):
-            budget.label = _redact(target)
+            budget.label = redact(target)
             with _send(session, method, target, send_headers, data, budget, connect_timeout) as r:
                 location = r.headers.get("Location") if r.status_code in _REDIRECTS else None
                 if not location or max_redirects == 0:
                     return _read(r, target, max_bytes, budget)
+                _drain(r, budget)
             if hop == max_redirects:
                 raise TooManyRedirectsError(f"{budget.label}: more than {max_redirects} redirects")
-            following = _checked_url(urljoin(target, location), what="redirect target")
-            if _origin(following) != _origin(target):
+            following = join_redirect(target, location, what=f"{budget.label}: redirect target")
+            if origin(following) != origin(target) and (
+                method not in ("GET", "HEAD") or data is not None
+            ):
+                what = f"{method} request" if data is None else f"{method} request with a body"
+                raise RedirectRefusedError(
+                    f"{budget.label}: {r.status_code} redirect of a {what} to another origin"
+                    f" ({_origin_text(following)}) refused: only GET and HEAD requests without"
+                    " a body follow a redirect to another origin"
+                )
+            if origin(following) != origin(target):
                 for name in list(send_headers):
                     if name.lower() in secret:
                         del send_headers[name]
@@ -257,24 +281,53 @@ def _send(
 ) -> requests.Response:
     left = budget.check()
     try:
-        return session.request(
-            method,
-            url,
-            headers=headers,
-            data=data,
-            stream=True,
-            allow_redirects=False,
-            timeout=(min(connect_timeout, left), left),
+        prepared = session.prepare_request(
+            requests.Request(method, url, headers=headers, data=data)
         )
-    except BlockedAddress as exc:
-        raise BlockedURLError(budget.label, exc) from exc
     except requests.exceptions.InvalidHeader:
         # requests' message quotes the header value, which may be a secret.
         raise InvalidURLError(f"{budget.label}: invalid request header") from None
     except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) as exc:
         raise InvalidURLError(f"{budget.label}: invalid URL") from exc
+    try:
+        # The adapter, not Session.send: that one parses a redirect's Location with
+        # urllib.parse (and may crash on it) even when redirects are not followed.
+        return session.get_adapter(prepared.url or url).send(
+            prepared,
+            stream=True,
+            timeout=(min(connect_timeout, left), left),
+            verify=session.verify,
+            cert=session.cert,
+            proxies={},
+        )
+    except BlockedAddress as exc:
+        raise BlockedURLError(budget.label, exc) from exc
+    except requests.exceptions.InvalidHeader as exc:
+        # The request was prepared above, so this is the response's fault (urllib3:
+        # conflicting Content-Length values): the server's, and it may heal.
+        reason = str(exc.args[0]) if exc.args else "invalid header"
+        raise FetchError(f"{budget.label}: malformed response headers ({reason[:200]})") from exc
+    except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) as exc:
+        raise InvalidURLError(f"{budget.label}: invalid URL") from exc
     except requests.exceptions.RequestException as exc:
         raise _network_error(exc, budget) from exc
+
+
+def _drain(resp: requests.Response, budget: _Budget, limit: int = _CHUNK) -> None:
+    """Read a redirect's (small) body, so its keep-alive connection goes back to the pool.
+
+    A body larger than ``limit`` is left unread: closing the response then drops
+    the connection instead.
+    """
+    try:
+        while limit > 0:
+            budget.check()
+            chunk = resp.raw.read1(min(_CHUNK, limit), decode_content=False)
+            if not chunk:
+                return
+            limit -= len(chunk)
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
+        return
 
 
 def _read(resp: requests.Response, url: str, max_bytes: int, budget: _Budget) -> Response:
@@ -313,6 +366,11 @@ def _read(resp: requests.Response, url: str, max_bytes: int, budget: _Budget) ->
     return Response(status=resp.status_code, headers=headers, body=bytes(out), url=url)
 
 
+def _origin_text(url: str) -> str:
+    scheme, host, port = origin(url)
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 def _network_error(exc: BaseException, budget: _Budget) -> FetchError:
     if budget.remaining() <= 0:
         return DeadlineExceededError(
@@ -336,106 +394,3 @@ def _root_reason(exc: BaseException) -> str:
             return cur.strerror
         todo += [cur.__cause__, cur.__context__, getattr(cur, "reason", None)]
     return type(exc).__name__
-
-
-def _checked_url(url: str, *, what: str) -> str:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise InvalidURLError(f"{what} is not a valid URL") from None
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise InvalidURLError(f"{what} scheme {scheme[:20]!r} refused: only http and https")
-    if not parts.hostname:
-        raise InvalidURLError(f"{what} has no host")
-    if any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise InvalidURLError(f"{what} contains whitespace or control characters")
-    return url
-
-
-def _origin(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
-
-
-def _redact(url: str) -> str:
-    """``scheme://host[:port]/path``: no userinfo, query or fragment (they may hold secrets)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme.lower()}://{host}{port}{parts.path or '/'}"
-
-
-def classify_status(
-    status: int, headers: Mapping[str, str], *, now: datetime | None = None
-) -> None:
-    """Return for 2xx and 304; otherwise raise the error class for ``status``.
-
-    =========================  =====================================================
-    status                     outcome
-    =========================  =====================================================
-    2xx, 304                   return
-    401, 403                   PermanentHTTPError (credentials rejected)
-    408, 429                   TransientHTTPError, ``retry_after`` from Retry-After
-    other 4xx                  PermanentHTTPError
-    503                        TransientHTTPError, ``retry_after`` from Retry-After
-    other 5xx                  TransientHTTPError
-    1xx, other 3xx             PermanentHTTPError (a redirect fetch did not follow)
-    =========================  =====================================================
-
-    Args:
-        status: the response status.
-        headers: response headers (any mapping; looked up case-insensitively).
-        now: aware "now" for HTTP-date Retry-After values (default: the clock).
-    """
-    if 200 <= status < 300 or status == 304:
-        return
-    if status in (408, 429) or status >= 500:
-        retry_after = None
-        if status in (408, 429, 503):
-            retry_after = parse_retry_after(_header(headers, "Retry-After"), now=now)
-        raise TransientHTTPError(status, retry_after)
-    raise PermanentHTTPError(status)
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> timedelta | None:
-    """Parse ``Retry-After`` (delay-seconds or HTTP-date), capped at one hour.
-
-    Examples:
-        ``"120"`` → 2 min; ``"86400"`` → 1 h (cap); a date 30 s after ``now`` →
-        30 s; a date in the past → 0; ``"soon"`` or None → None.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        delay = timedelta(seconds=int(value[:7]))
-    else:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        delay = max(timedelta(0), when - (now or datetime.now(UTC)))
-    return min(delay, MAX_RETRY_AFTER)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    value = headers.get(name)
-    if value is not None:
-        return value
-    lowered = name.lower()
-    return next((v for k, v in headers.items() if k.lower() == lowered), None)
-
-
-def _status_text(status: int) -> str:
-    try:
-        phrase = http.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "unknown status"
-    return f"HTTP {status} {phrase}"

@@ -283,6 +283,24 @@ def test_invalid_config_names_the_field(srv, override: dict, path: str) -> None:
     assert "s3cr3t" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://b.example\\@a.example/s3cr3t", "backslash"),
+        ("http://%61pi.example/s3cr3t", "percent-encoded"),
+        ("http://b\u00fccher.example/s3cr3t", "non-ASCII"),
+        ("http://a@b@api.example/s3cr3t", "userinfo"),
+        ("http://api.example/\x9bs3cr3t", "control"),  # C1 CSI: not a space
+    ],
+)
+def test_url_spellings_two_parsers_read_differently_are_refused_at_load(srv, url, why) -> None:
+    """Issue 5, break 1: the job's own URL obeys the same rule as a redirect target."""
+    with pytest.raises(ConfigError, match=why) as info:
+        WebhookPollPoller().validate(config(srv, url=url))
+    assert info.value.path == "config.url"
+    assert "s3cr3t" not in str(info.value)
+
+
 def test_valid_config_parses_with_defaults(srv) -> None:
     cfg = WebhookPollPoller().parse_config(
         {"url": "https://x.example/api", "deliver": {"channel": "telegram", "to": 1194292426}}

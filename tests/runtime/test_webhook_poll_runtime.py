@@ -11,7 +11,7 @@ from nexopoll.channels.webhook import sign
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.tick import tick_job
-from tests.support.httpserver import TestHTTPServer, json_reply, sequence
+from tests.support.httpserver import TestHTTPServer, json_reply, redirect, sequence
 from tests.support.sink import Sink
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
@@ -121,3 +121,61 @@ def test_a_secret_in_the_polled_url_is_masked_in_state_and_alerts(cfg, monkeypat
     alert = Delivery.objects.get(purpose="alert")
     for text in (s.last_error, alert.payload["text"], repr(list(PollState.objects.values()))):
         assert "CANARYsecret" not in text
+
+
+def test_conflicting_content_length_is_retried_not_paused(cfg):
+    from tests.support.rawserver import RawServer
+
+    raw = b'HTTP/1.1 200 OK\r\nContent-Length: 12\r\nContent-Length: 2\r\n\r\n{"items":[]}'
+    server = RawServer(raw)
+    try:
+        cfg.write([poll_job(server.url + "items")])
+        cfg.reload()
+        report = tick_job("w", now=NOW)
+        s = PollState.objects.get(job_id="w")
+        assert report.status == "transient" and report.retry_at is not None
+        assert not s.paused and s.consecutive_errors == 1
+        assert "Content-Length" in s.last_error
+        assert Delivery.objects.filter(purpose="alert").count() == 0
+    finally:
+        server.close()
+
+
+def test_a_post_redirected_to_another_origin_pauses_and_never_reaches_it(cfg, monkeypatch):
+    """Issue 5, break 3, through the tick: the body's ${VAR} secret stays at home."""
+    monkeypatch.setenv("JQL_TOKEN", "body-CANARY-s3cret")
+    with TestHTTPServer() as api, TestHTTPServer() as other:
+        other.route("POST", "/steal", json_reply({"items": []}))
+        api.route("POST", "/items", redirect(other.url("/steal"), status=307))
+        job = poll_job(api.url("/items"), method="POST", body={"token": "${JQL_TOKEN}"})
+        cfg.write([job])
+        cfg.reload()
+        report = tick_job("w", now=NOW)
+        s = PollState.objects.get(job_id="w")
+        assert report.status == "permanent" and s.paused
+        assert "307 redirect of a POST request with a body to another" in s.paused_reason
+        assert other.hits() == 0
+        assert api.requests[0].body == b'{"token":"body-CANARY-s3cret"}'
+        assert "CANARY" not in repr(list(PollState.objects.values()))
+
+
+def test_a_redirect_spelled_for_two_parsers_pauses_and_never_reaches_b(cfg, monkeypatch):
+    """Issue 5, break 1, through the tick: A's Authorization never reaches B."""
+    monkeypatch.setenv("API_TOKEN", "hdr-CANARY-s3cret")
+    with TestHTTPServer() as api, TestHTTPServer() as other:
+        other.route("GET", "/items", json_reply({"items": [{"id": 1, "title": "x"}]}))
+        location = f"http://127.0.0.1:{other.port}\\@localhost:{api.port}/items"
+        api.route("GET", "/items", redirect(location))
+        job = poll_job(
+            f"http://localhost:{api.port}/items",
+            headers={"Authorization": "Bearer ${API_TOKEN}"},
+        )
+        cfg.write([job])
+        cfg.reload()
+        report = tick_job("w", now=NOW)
+        s = PollState.objects.get(job_id="w")
+        assert report.status == "permanent" and s.paused
+        assert "redirect target refused" in s.paused_reason and "backslash" in s.paused_reason
+        assert other.hits() == 0
+        assert api.requests[0].header("Authorization") == "Bearer hdr-CANARY-s3cret"
+        assert Delivery.objects.filter(purpose="item").count() == 0
