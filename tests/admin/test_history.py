@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -108,3 +109,35 @@ def test_cli_history_preview_and_rewind(cfg, redis_client, capsys):
     assert bytes(PollState.objects.get(job_id="a").cursor) == b"7"
     with pytest.raises(CommandError, match="not in its history"):
         call_command("pollers", "rewind", "a", "--to", "50", "--yes")
+
+
+def test_cli_dry_run_with_nothing_new_says_the_cursor_is_unchanged(cfg, redis_client, capsys):
+    cfg.write([scripted("a")])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 4)
+    _tick("a")
+    capsys.readouterr()
+    call_command("pollers", "run", "a", "--dry-run")
+    out = capsys.readouterr().out
+    assert "next cursor: unchanged (4)" in out and "None" not in out
+
+
+def test_cli_list_names_the_time_zone_and_help_lists_every_verb(cfg, capsys):
+    cfg.write([scripted("a")])
+    cfg.reload()
+    call_command("pollers", "list")
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "LAST RUN (UTC)" in header and "NEXT (UTC)" in header
+    import subprocess
+    import sys
+
+    from tests.support.procs import ROOT
+
+    helptext = subprocess.run(
+        [sys.executable, "-c", "from nexopoll.cli import main; main(['--help'])"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert helptext.startswith("usage: nexopoll ")
+    for verb in ("list", "show", "run", "pause", "resume", "reset", "reload", "check",
+                 "preview", "history", "rewind"):  # fmt: skip
+        assert re.search(rf"^\s+{verb}\s+\S", helptext, re.M), verb
