@@ -120,8 +120,11 @@ def test_run_now_result_on_the_job_page_and_dry_run(browser, live_server, runnin
     wait_for(result_shown, 60, interval=1, what="run-now result on the job page")
     assert "np-strip" in browser.page_source
     shot(browser, "job-page")
-    running.publish("alpha", 99)
     PollState.objects.filter(job_id="alpha").update(paused=True)
+    # one worker process: once beta ticked twice more, no alpha tick is in flight
+    beta = running.ticks("beta")
+    wait_for(lambda: running.ticks("beta") >= beta + 2, 30, what="beta ticks after the pause")
+    running.publish("alpha", 99)
     before = PollState.objects.get(job_id="alpha")
     browser.find_element(By.CSS_SELECTOR, "input[name=dry-run]").click()
     WebDriverWait(browser, 30).until(lambda d: "Would deliver" in d.page_source)
