@@ -1,0 +1,105 @@
+"""The ``agents:`` block: agent ids and their channel bindings (pure).
+
+A binding's secret-named keys (see :func:`~nexopoll.core.envrefs.is_secret_key`)
+must be exactly one ``${VAR}`` reference; every reference must name a set
+variable. A bad agent is an issue that rejects the agent (and the jobs that name
+it), never the whole file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..envrefs import SINGLE_REF_RE, env_refs, expand_text, is_secret_key
+from ..errors import ConfigError
+from ..yamlsrc import Path, SourceDoc
+from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path
+
+JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
+AGENT_ID_RE = JOB_ID_RE
+CHANNEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def file_error(doc: SourceDoc, source: str, rel: Path, path: str, message: str) -> ConfigFileError:
+    return ConfigFileError([ConfigIssue(source, doc.line_of(rel), None, path, message)])
+
+
+def load_agents(
+    doc: SourceDoc, source: str, env: Mapping[str, str]
+) -> tuple[dict[str, AgentSpec], set[str], list[ConfigIssue]]:
+    """Valid agents, the ids of invalid ones, and the issues that rejected them."""
+    raw = doc.value.get("agents")
+    if raw is None:
+        return {}, set(), []
+    if not isinstance(raw, dict):
+        raise file_error(
+            doc, source, ("agents",), "agents", "must be a mapping of agent id to channel bindings"
+        )
+    agents: dict[str, AgentSpec] = {}
+    bad: set[str] = set()
+    issues: list[ConfigIssue] = []
+    for agent_id, bindings in raw.items():
+        problems = list(_agent_problems(agent_id, bindings, env))
+        for rel, message in problems:
+            line = doc.line_of(("agents", agent_id, *rel))
+            issues.append(
+                ConfigIssue(source, line, None, fmt_path("agents", (agent_id, *rel)), message)
+            )
+        if problems:
+            bad.add(agent_id)
+        else:
+            agents[agent_id] = AgentSpec(agent_id, dict(bindings or {}))
+    return agents, bad, issues
+
+
+def _agent_problems(
+    agent_id: str, bindings: Any, env: Mapping[str, str]
+) -> Iterator[tuple[Path, str]]:
+    if not AGENT_ID_RE.match(agent_id):
+        yield (), f"invalid agent id (must match {AGENT_ID_RE.pattern})"
+    if bindings is None:
+        return
+    if not isinstance(bindings, dict):
+        yield (), "must be a mapping of channel name to binding"
+        return
+    for channel, binding in bindings.items():
+        if not CHANNEL_RE.match(channel):
+            yield (channel,), f"invalid channel name (must match {CHANNEL_RE.pattern})"
+        if not isinstance(binding, dict):
+            yield (channel,), "binding must be a mapping"
+            continue
+        for rel, value in _walk(binding, (channel,)):
+            key = rel[-1]
+            if (
+                isinstance(key, str)
+                and len(rel) > 1
+                and is_secret_key(key)
+                and not (isinstance(value, str) and SINGLE_REF_RE.match(value))
+            ):
+                yield rel, "secrets must be given as ${ENV_VAR} references"
+            yield from env_problems(rel, value, env)
+
+
+def env_problems(rel: Path, value: Any, env: Mapping[str, str]) -> Iterator[tuple[Path, str]]:
+    """Missing or malformed ``${VAR}`` references in one string value."""
+    if not isinstance(value, str) or "${" not in value:
+        return
+    for name in sorted(env_refs(value)):
+        if name not in env:
+            yield rel, f"environment variable {name} is not set"
+    try:
+        expand_text(value, {name: "" for name in env_refs(value)}, "")
+    except ConfigError as exc:
+        yield rel, exc.reason
+
+
+def _walk(value: Any, rel: Path) -> Iterator[tuple[Path, Any]]:
+    yield rel, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, (*rel, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk(item, (*rel, index))

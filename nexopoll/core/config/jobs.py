@@ -1,0 +1,286 @@
+"""The ``pollers.jobs`` list: each job validated alone (pure).
+
+A bad job becomes issues that reject it, never its siblings. Each issue names
+the job, the field path and the line it was written on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import zoneinfo
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..envrefs import env_refs, expand_env, ref_strings
+from ..errors import ConfigError
+from ..schedule import (
+    AtSchedule,
+    EverySchedule,
+    Schedule,
+    ScheduleError,
+    parse_cron,
+)
+from ..yamlsrc import Path, SourceDoc
+from .agents import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, env_problems
+from .model import (
+    JOB_FIELDS,
+    ConfigIssue,
+    DeliverTarget,
+    JobModel,
+    JobSpec,
+    PollersSettings,
+    ScheduleModel,
+    definition_hash,
+    fmt_path,
+    pydantic_problems,
+    split_path,
+)
+
+_RFC3339_RE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?$"
+)
+_MIN_REDACT_LEN = 4
+
+
+class JobLoader:
+    """Validates jobs one by one; a bad job becomes issues and never stops its siblings."""
+
+    def __init__(
+        self,
+        doc: SourceDoc,
+        source: str,
+        env: Mapping[str, str],
+        now: datetime,
+        validators: Mapping[str, Callable[[dict[str, Any]], None]],
+        settings: PollersSettings,
+        bad_agents: set[str],
+    ) -> None:
+        self.doc, self.source, self.env, self.now = doc, source, env, now
+        self.validators, self.settings, self.bad_agents = validators, settings, bad_agents
+        self.known_kinds = ", ".join(sorted(validators)) or "(none)"
+        self.issues: list[ConfigIssue] = []
+        self.first_line: dict[str, int | None] = {}
+
+    def load(self, raw_jobs: list[Any]) -> dict[str, JobSpec]:
+        jobs: dict[str, JobSpec] = {}
+        for index, item in enumerate(raw_jobs):
+            spec = self._job(index, item)
+            if spec is not None:
+                jobs[spec.id] = spec
+        return jobs
+
+    def _job(self, index: int, item: Any) -> JobSpec | None:
+        base: Path = ("pollers", "jobs", index)
+        raw_id = item.get("id") if isinstance(item, dict) else None
+        job_id = raw_id if isinstance(raw_id, str) and JOB_ID_RE.match(raw_id) else None
+        label = f"jobs[{job_id or index}]"
+        problems: list[tuple[Path, str]] = []
+        redact: list[str] = []
+        spec = None
+        if isinstance(item, dict):
+            spec = self._check(index, item, job_id, problems, redact)
+        else:
+            problems.append(((), "each job must be a mapping"))
+        for rel, message in problems:
+            for secret in redact:
+                message = message.replace(secret, "***")
+            self.issues.append(
+                ConfigIssue(
+                    self.source,
+                    self.doc.line_of((*base, *rel)),
+                    job_id,
+                    fmt_path(label, rel),
+                    message,
+                )
+            )
+        return None if problems else spec
+
+    def _check(
+        self,
+        index: int,
+        item: dict[str, Any],
+        job_id: str | None,
+        problems: list[tuple[Path, str]],
+        redact: list[str],
+    ) -> JobSpec | None:
+        self._check_duplicate(index, job_id, problems)
+        try:
+            model = JobModel.model_validate(item)
+        except ValidationError as exc:
+            problems.extend(pydantic_problems(exc, JOB_FIELDS))
+            return None
+        if job_id is None:
+            problems.append((("id",), f"invalid job id (must match {JOB_ID_RE.pattern})"))
+        self._check_names(model, problems)
+        outside = {k: v for k, v in item.items() if k != "config"}
+        for rel, _ in ref_strings(outside, (), []):
+            message = "${...} references are only allowed inside config: and agents: bindings"
+            problems.append((rel, message))
+        schedule = self._schedule(model.schedule, problems)
+        raw_config: dict[str, Any] = item.get("config") or {}
+        config = self._expanded_config(raw_config, problems, redact)
+        if model.kind not in self.validators:
+            problems.append((("kind",), self._unknown_kind(model.kind)))
+        elif config is not None:
+            self._validate(model.kind, config, problems)
+        if problems or schedule is None or job_id is None:
+            return None
+        return self._spec(job_id, model, schedule, raw_config, index)
+
+    def _check_duplicate(
+        self, index: int, job_id: str | None, problems: list[tuple[Path, str]]
+    ) -> None:
+        if job_id is None:
+            return
+        if job_id in self.first_line:
+            first = self.first_line[job_id]
+            message = f"duplicate job id {job_id!r} (first defined at line {first})"
+            problems.append((("id",), message))
+        else:
+            self.first_line[job_id] = self.doc.line_of(("pollers", "jobs", index, "id"))
+
+    def _check_names(self, model: JobModel, problems: list[tuple[Path, str]]) -> None:
+        agent = model.agent
+        if not AGENT_ID_RE.match(agent):
+            problems.append((("agent",), f"invalid agent id (must match {AGENT_ID_RE.pattern})"))
+        elif agent in self.bad_agents:
+            message = f"agent {agent!r} has configuration errors (see agents.{agent})"
+            problems.append((("agent",), message))
+        if model.failure_to is not None and not CHANNEL_RE.match(model.failure_to.channel):
+            message = f"invalid channel name (must match {CHANNEL_RE.pattern})"
+            problems.append((("failure_to", "channel"), message))
+
+    def _spec(
+        self, job_id: str, model: JobModel, schedule: Schedule, config: dict[str, Any], index: int
+    ) -> JobSpec:
+        stagger = model.schedule.stagger_jitter_ms
+        jitter = self.settings.default_jitter_ms if stagger is None else stagger
+        target = model.failure_to
+        failure_to = None if target is None else DeliverTarget(target.channel, target.to)
+        digest = definition_hash(
+            model.kind, model.agent, schedule, jitter, config, failure_to, model.paused_on_boot
+        )
+        return JobSpec(
+            id=job_id,
+            kind=model.kind,
+            agent=model.agent,
+            schedule=schedule,
+            jitter_ms=jitter,
+            config=config,
+            failure_to=failure_to,
+            paused_on_boot=model.paused_on_boot,
+            line=self.doc.line_of(("pollers", "jobs", index)),
+            definition_hash=digest,
+        )
+
+    def _unknown_kind(self, kind: str) -> str:
+        message = f"unknown kind {kind!r} (known kinds: {self.known_kinds})"
+        close = difflib.get_close_matches(kind, list(self.validators), n=1)
+        return f"{message}; did you mean {close[0]!r}?" if close else message
+
+    def _schedule(self, sched: ScheduleModel, problems: list[tuple[Path, str]]) -> Schedule | None:
+        try:
+            return _build_schedule(sched, self.now)
+        except _FieldError as exc:
+            problems.append((("schedule", *exc.rel), exc.message))
+            return None
+
+    def _expanded_config(
+        self, raw: dict[str, Any], problems: list[tuple[Path, str]], redact: list[str]
+    ) -> dict[str, Any] | None:
+        """The config with ``${VAR}`` expanded, or None after recording why it cannot be."""
+        refs = ref_strings(raw, ("config",), [])
+        before = len(problems)
+        for rel, text in refs:
+            problems.extend(env_problems(rel, text, self.env))
+        if len(problems) > before:
+            return None
+        if refs:
+            values = {self.env[name] for name in env_refs(raw)}
+            long_enough = (v for v in values if len(v) >= _MIN_REDACT_LEN)
+            redact.extend(sorted(long_enough, key=len, reverse=True))
+        # Always a fresh copy: a validator that mutates its argument must not alter
+        # the raw config stored in the JobSpec (or its hash).
+        result: dict[str, Any] = expand_env(raw, self.env, path="config")
+        return result
+
+    def _validate(
+        self, kind: str, config: dict[str, Any], problems: list[tuple[Path, str]]
+    ) -> None:
+        try:
+            self.validators[kind](config)
+        except ConfigError as exc:
+            rel = split_path(exc.path)
+            rel = rel[1:] if rel[:1] == ("config",) else rel
+            problems.append((("config", *rel), getattr(exc, "reason", str(exc))))
+        except ValidationError as exc:
+            problems.extend((("config", *loc), msg) for loc, msg in pydantic_problems(exc, {}))
+        except Exception as exc:  # a buggy validator rejects its job, not the whole file
+            problems.append(
+                (("config",), f"validator for kind {kind!r} failed: {type(exc).__name__}: {exc}")
+            )
+
+
+class _FieldError(Exception):
+    def __init__(self, rel: Path, message: str) -> None:
+        super().__init__(message)
+        self.rel = rel
+        self.message = message
+
+
+def _build_schedule(sched: ScheduleModel, now: datetime) -> Schedule:
+    """Turn a validated ``schedule:`` block into a Schedule; cron and tz checked now."""
+    given = [name for name in ("every_secs", "cron", "at") if getattr(sched, name) is not None]
+    if len(given) != 1:
+        got = f" (got {', '.join(given)})" if given else ""
+        raise _FieldError((), f"must set exactly one of every_secs, cron, at{got}")
+    if sched.tz is not None and sched.cron is None:
+        raise _FieldError(("tz",), "tz is only valid with cron")
+    try:
+        if sched.every_secs is not None:
+            every = timedelta(seconds=sched.every_secs)
+            if every <= timedelta(0):
+                raise _FieldError(("every_secs",), "must be at least one microsecond")
+            return EverySchedule(every=every)
+        if sched.cron is not None:
+            tz = "UTC" if sched.tz is None else sched.tz
+            _check_zone(tz)
+            return parse_cron(sched.cron, tz, now=now)
+        return AtSchedule(at=_parse_rfc3339(str(sched.at)))
+    except ScheduleError as exc:
+        # schedule.py's messages already quote the expression ("invalid cron expression
+        # '61 * * * *': ...", "cron expression '...' never fires").
+        raise _FieldError((given[0],), str(exc)) from None
+
+
+def _check_zone(tz: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise _FieldError(("tz",), f"unknown time zone {tz!r}") from None
+
+
+def _parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC3339 instant with an explicit offset; return it in UTC.
+
+    ``"2026-04-26T17:00:00+02:00"`` -> ``2026-04-26 15:00:00+00:00``. A timestamp
+    without an offset is refused rather than guessed.
+    """
+    match = _RFC3339_RE.match(text.strip())
+    if match is None:
+        raise _FieldError(
+            ("at",), f"{text!r} is not an RFC3339 timestamp (e.g. '2026-04-26T15:00:00Z')"
+        )
+    date, time, fraction, offset = match.groups()
+    if offset is None:
+        raise _FieldError(("at",), f"{text!r} has no UTC offset: add 'Z' or e.g. '+02:00'")
+    micros = f".{(fraction or '0')[:6]:0<6}"
+    try:
+        parsed = datetime.fromisoformat(f"{date}T{time}{micros}{offset.upper()}")
+    except ValueError:
+        raise _FieldError(("at",), f"{text!r} is not a valid date and time") from None
+    return parsed.astimezone(UTC)
