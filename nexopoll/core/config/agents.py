@@ -14,6 +14,7 @@ from typing import Any
 
 from ..envrefs import SINGLE_REF_RE, env_refs, expand_text, is_secret_key
 from ..errors import ConfigError
+from ..redact import redact, secret_values
 from ..yamlsrc import Path, SourceDoc
 from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path
 
@@ -42,7 +43,9 @@ def load_agents(
     issues: list[ConfigIssue] = []
     for agent_id, bindings in raw.items():
         problems = list(_agent_problems(agent_id, bindings, env))
+        secrets = secret_values(bindings, env)
         for rel, message in problems:
+            message = redact(message, secrets)
             line = doc.line_of(("agents", agent_id, *rel))
             issues.append(
                 ConfigIssue(source, line, None, fmt_path("agents", (agent_id, *rel)), message)

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..envrefs import env_refs, expand_env, ref_strings
+from ..envrefs import expand_env, ref_strings
 from ..errors import ConfigError
+from ..redact import redact, secret_values
 from ..schedule import (
     AtSchedule,
     EverySchedule,
@@ -43,7 +44,6 @@ from .model import (
 _RFC3339_RE = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?$"
 )
-_MIN_REDACT_LEN = 4
 
 
 class JobLoader:
@@ -79,15 +79,14 @@ class JobLoader:
         job_id = raw_id if isinstance(raw_id, str) and JOB_ID_RE.match(raw_id) else None
         label = f"jobs[{job_id or index}]"
         problems: list[tuple[Path, str]] = []
-        redact: list[str] = []
+        secrets: set[str] = set()
         spec = None
         if isinstance(item, dict):
-            spec = self._check(index, item, job_id, problems, redact)
+            spec = self._check(index, item, job_id, problems, secrets)
         else:
             problems.append(((), "each job must be a mapping"))
         for rel, message in problems:
-            for secret in redact:
-                message = message.replace(secret, "***")
+            message = redact(message, secrets)
             self.issues.append(
                 ConfigIssue(
                     self.source,
@@ -105,7 +104,7 @@ class JobLoader:
         item: dict[str, Any],
         job_id: str | None,
         problems: list[tuple[Path, str]],
-        redact: list[str],
+        secrets: set[str],
     ) -> JobSpec | None:
         self._check_duplicate(index, job_id, problems)
         try:
@@ -122,7 +121,7 @@ class JobLoader:
             problems.append((rel, message))
         schedule = self._schedule(model.schedule, problems)
         raw_config: dict[str, Any] = item.get("config") or {}
-        config = self._expanded_config(raw_config, problems, redact)
+        config = self._expanded_config(raw_config, problems, secrets)
         if model.kind not in self.validators:
             problems.append((("kind",), self._unknown_kind(model.kind)))
         elif config is not None:
@@ -190,7 +189,7 @@ class JobLoader:
             return None
 
     def _expanded_config(
-        self, raw: dict[str, Any], problems: list[tuple[Path, str]], redact: list[str]
+        self, raw: dict[str, Any], problems: list[tuple[Path, str]], secrets: set[str]
     ) -> dict[str, Any] | None:
         """The config with ``${VAR}`` expanded, or None after recording why it cannot be."""
         refs = ref_strings(raw, ("config",), [])
@@ -199,10 +198,7 @@ class JobLoader:
             problems.extend(env_problems(rel, text, self.env))
         if len(problems) > before:
             return None
-        if refs:
-            values = {self.env[name] for name in env_refs(raw)}
-            long_enough = (v for v in values if len(v) >= _MIN_REDACT_LEN)
-            redact.extend(sorted(long_enough, key=len, reverse=True))
+        secrets.update(secret_values(raw, self.env))
         # Always a fresh copy: a validator that mutates its argument must not alter
         # the raw config stored in the JobSpec (or its hash).
         result: dict[str, Any] = expand_env(raw, self.env, path="config")
