@@ -531,9 +531,9 @@ def test_unknown_time_zone_points_at_tz():
         ("{every_secs: -5}", "schedule.every_secs", "greater than 0"),
         ("{every_secs: .inf}", "schedule.every_secs", "finite"),
         ("{every_secs: 1.0e+300}", "schedule.every_secs", "less than or equal"),
-        ("{every_secs: true}", "schedule.every_secs", "valid number"),
+        ("{every_secs: true}", "schedule.every_secs", "must be a number"),
         ("{every_secs: 60, tz: UTC}", "schedule.tz", "only valid with cron"),
-        ("{every_secs: 60, stagger_jitter_ms: -1}", "schedule.stagger_jitter_ms", ">= 0"),
+        ("{every_secs: 60, stagger_jitter_ms: -1}", "schedule.stagger_jitter_ms", "from 0 to"),
         ("{at: 2026-04-26T15:00:00}", "schedule.at", "no UTC offset"),
         ("{at: 2026-04-26}", "schedule.at", "not an RFC3339 timestamp"),
         ("{at: '2026-13-26T15:00:00Z'}", "schedule.at", "not a valid date"),
@@ -544,7 +544,7 @@ def test_unknown_time_zone_points_at_tz():
 def test_invalid_schedules(schedule, path, message):
     [issue] = bad_job_issues(f"kind: noop\nagent: x\nschedule: {schedule}\n")
     assert issue.path == f"jobs[bad].{path}"
-    assert message.replace(">= 0", "greater than or equal to 0") in issue.message
+    assert message in issue.message
 
 
 def test_at_accepts_fractional_seconds_and_lowercase_z():

@@ -36,11 +36,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_strings
+from ..schedule import MAX_EVERY_SECS
 from ..yamlsrc import SourceDoc, YamlSourceError, load_yaml
 from .agents import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, file_error, load_agents
 from .jobs import JobLoader
 from .model import (
-    MAX_EVERY_SECS,
     MAX_JITTER_MS,
     MAX_JOBS,
     AgentSpec,

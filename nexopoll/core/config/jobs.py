@@ -7,10 +7,8 @@ the job, the field path and the line it was written on.
 from __future__ import annotations
 
 import difflib
-import re
-import zoneinfo
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,31 +16,21 @@ from pydantic import ValidationError
 from ..envrefs import expand_env, ref_strings
 from ..errors import ConfigError
 from ..redact import redact, secret_values
-from ..schedule import (
-    AtSchedule,
-    EverySchedule,
-    Schedule,
-    ScheduleError,
-    parse_cron,
-)
+from ..schedule import Schedule, ScheduleError, schedule_from_dict
 from ..yamlsrc import Path, SourceDoc
 from .agents import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, env_problems
 from .model import (
     JOB_FIELDS,
+    MAX_JITTER_MS,
     ConfigIssue,
     DeliverTarget,
     JobModel,
     JobSpec,
     PollersSettings,
-    ScheduleModel,
     definition_hash,
     fmt_path,
     pydantic_problems,
     split_path,
-)
-
-_RFC3339_RE = re.compile(
-    r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?$"
 )
 
 
@@ -119,7 +107,7 @@ class JobLoader:
         for rel, _ in ref_strings(outside, (), []):
             message = "${...} references are only allowed inside config: and agents: bindings"
             problems.append((rel, message))
-        schedule = self._schedule(model.schedule, problems)
+        schedule, stagger = self._schedule(model.schedule, problems)
         raw_config: dict[str, Any] = item.get("config") or {}
         config = self._expanded_config(raw_config, problems, secrets)
         if model.kind not in self.validators:
@@ -128,7 +116,8 @@ class JobLoader:
             self._validate(model.kind, config, problems)
         if problems or schedule is None or job_id is None:
             return None
-        return self._spec(job_id, model, schedule, raw_config, index)
+        jitter = self.settings.default_jitter_ms if stagger is None else stagger
+        return self._spec(job_id, model, schedule, jitter, raw_config, index)
 
     def _check_duplicate(
         self, index: int, job_id: str | None, problems: list[tuple[Path, str]]
@@ -154,10 +143,14 @@ class JobLoader:
             problems.append((("failure_to", "channel"), message))
 
     def _spec(
-        self, job_id: str, model: JobModel, schedule: Schedule, config: dict[str, Any], index: int
+        self,
+        job_id: str,
+        model: JobModel,
+        schedule: Schedule,
+        jitter: int,
+        config: dict[str, Any],
+        index: int,
     ) -> JobSpec:
-        stagger = model.schedule.stagger_jitter_ms
-        jitter = self.settings.default_jitter_ms if stagger is None else stagger
         target = model.failure_to
         failure_to = None if target is None else DeliverTarget(target.channel, target.to)
         digest = definition_hash(
@@ -181,12 +174,26 @@ class JobLoader:
         close = difflib.get_close_matches(kind, list(self.validators), n=1)
         return f"{message}; did you mean {close[0]!r}?" if close else message
 
-    def _schedule(self, sched: ScheduleModel, problems: list[tuple[Path, str]]) -> Schedule | None:
+    def _schedule(
+        self, raw: dict[str, Any], problems: list[tuple[Path, str]]
+    ) -> tuple[Schedule | None, int | None]:
+        """The job's schedule (via the one strict parser) and its ``stagger_jitter_ms``."""
+        rest = dict(raw)
+        stagger = rest.pop("stagger_jitter_ms", None)
+        if stagger is not None and (
+            isinstance(stagger, bool)
+            or not isinstance(stagger, int)
+            or not 0 <= stagger <= MAX_JITTER_MS
+        ):
+            message = f"must be an integer from 0 to {MAX_JITTER_MS} (milliseconds)"
+            problems.append((("schedule", "stagger_jitter_ms"), message))
+            stagger = None
         try:
-            return _build_schedule(sched, self.now)
-        except _FieldError as exc:
-            problems.append((("schedule", *exc.rel), exc.message))
-            return None
+            return schedule_from_dict(rest, now=self.now), stagger
+        except ScheduleError as exc:
+            field = () if exc.field is None else (exc.field,)
+            problems.append((("schedule", *field), exc.message))
+            return None, stagger
 
     def _expanded_config(
         self, raw: dict[str, Any], problems: list[tuple[Path, str]], secrets: set[str]
@@ -219,64 +226,3 @@ class JobLoader:
             problems.append(
                 (("config",), f"validator for kind {kind!r} failed: {type(exc).__name__}: {exc}")
             )
-
-
-class _FieldError(Exception):
-    def __init__(self, rel: Path, message: str) -> None:
-        super().__init__(message)
-        self.rel = rel
-        self.message = message
-
-
-def _build_schedule(sched: ScheduleModel, now: datetime) -> Schedule:
-    """Turn a validated ``schedule:`` block into a Schedule; cron and tz checked now."""
-    given = [name for name in ("every_secs", "cron", "at") if getattr(sched, name) is not None]
-    if len(given) != 1:
-        got = f" (got {', '.join(given)})" if given else ""
-        raise _FieldError((), f"must set exactly one of every_secs, cron, at{got}")
-    if sched.tz is not None and sched.cron is None:
-        raise _FieldError(("tz",), "tz is only valid with cron")
-    try:
-        if sched.every_secs is not None:
-            every = timedelta(seconds=sched.every_secs)
-            if every <= timedelta(0):
-                raise _FieldError(("every_secs",), "must be at least one microsecond")
-            return EverySchedule(every=every)
-        if sched.cron is not None:
-            tz = "UTC" if sched.tz is None else sched.tz
-            _check_zone(tz)
-            return parse_cron(sched.cron, tz, now=now)
-        return AtSchedule(at=_parse_rfc3339(str(sched.at)))
-    except ScheduleError as exc:
-        # schedule.py's messages already quote the expression ("invalid cron expression
-        # '61 * * * *': ...", "cron expression '...' never fires").
-        raise _FieldError((given[0],), str(exc)) from None
-
-
-def _check_zone(tz: str) -> None:
-    try:
-        zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise _FieldError(("tz",), f"unknown time zone {tz!r}") from None
-
-
-def _parse_rfc3339(text: str) -> datetime:
-    """Parse an RFC3339 instant with an explicit offset; return it in UTC.
-
-    ``"2026-04-26T17:00:00+02:00"`` -> ``2026-04-26 15:00:00+00:00``. A timestamp
-    without an offset is refused rather than guessed.
-    """
-    match = _RFC3339_RE.match(text.strip())
-    if match is None:
-        raise _FieldError(
-            ("at",), f"{text!r} is not an RFC3339 timestamp (e.g. '2026-04-26T15:00:00Z')"
-        )
-    date, time, fraction, offset = match.groups()
-    if offset is None:
-        raise _FieldError(("at",), f"{text!r} has no UTC offset: add 'Z' or e.g. '+02:00'")
-    micros = f".{(fraction or '0')[:6]:0<6}"
-    try:
-        parsed = datetime.fromisoformat(f"{date}T{time}{micros}{offset.upper()}")
-    except ValueError:
-        raise _FieldError(("at",), f"{text!r} is not a valid date and time") from None
-    return parsed.astimezone(UTC)

@@ -16,11 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..schedule import Schedule, schedule_to_dict
+from ..schedule import SCHEDULE_FIELDS, Schedule, schedule_to_dict
 from ..yamlsrc import Path
 
 MAX_JOBS = 10_000
-MAX_EVERY_SECS = 366 * 86_400
 MAX_JITTER_MS = 86_400_000
 
 _CANONICAL_JSON = json.JSONEncoder(
@@ -130,15 +129,6 @@ class SettingsModel(BaseModel):
     jobs: list[Any] | None = None
 
 
-class ScheduleModel(BaseModel):
-    model_config = STRICT
-    every_secs: float | None = Field(None, gt=0, le=MAX_EVERY_SECS, allow_inf_nan=False)
-    cron: str | None = None
-    tz: str | None = None
-    at: str | None = None
-    stagger_jitter_ms: int | None = Field(None, ge=0, le=MAX_JITTER_MS)
-
-
 class FailureToModel(BaseModel):
     model_config = STRICT
     channel: str
@@ -157,7 +147,7 @@ class JobModel(BaseModel):
     id: str
     kind: str
     agent: str
-    schedule: ScheduleModel
+    schedule: dict[str, Any]
     config: dict[str, Any] | None = None
     failure_to: FailureToModel | None = None
     paused_on_boot: bool = False
@@ -165,7 +155,7 @@ class JobModel(BaseModel):
 
 JOB_FIELDS: dict[Path, list[str]] = {
     (): sorted(JobModel.model_fields),
-    ("schedule",): sorted(ScheduleModel.model_fields),
+    ("schedule",): sorted([*SCHEDULE_FIELDS, "stagger_jitter_ms"]),
     ("failure_to",): sorted(FailureToModel.model_fields),
 }
 
