@@ -29,8 +29,8 @@ __all__ = ["CRON_HORIZON_YEARS", "EPOCH"]
 #: derived from it, so it only has to be a sane size for one tick.
 AT_NOMINAL_INTERVAL = timedelta(seconds=60)
 
-#: Bounds of ``every_secs``.
-MIN_EVERY_SECS = 1e-6
+#: Bounds of ``every_secs``: a job runs at most once a second, at least once in 366 days.
+MIN_EVERY_SECS = 1
 MAX_EVERY_SECS = 366 * 86_400
 
 SCHEDULE_FIELDS = ("at", "cron", "every_secs", "tz")
@@ -356,10 +356,11 @@ def _every_from(raw: object) -> timedelta:
         raise ScheduleError(f"must be a number of seconds, got {kind}", field="every_secs")
     if isinstance(raw, float) and not math.isfinite(raw):
         raise ScheduleError("must be a finite number of seconds", field="every_secs")
-    if raw <= 0:
-        raise ScheduleError("must be greater than 0", field="every_secs")
     if raw < MIN_EVERY_SECS:
-        raise ScheduleError("must be at least one microsecond", field="every_secs")
+        raise ScheduleError(
+            f"must be at least {MIN_EVERY_SECS} second (got {raw!r}); every_secs is in seconds",
+            field="every_secs",
+        )
     if raw > MAX_EVERY_SECS:
         raise ScheduleError(
             f"must be less than or equal to {MAX_EVERY_SECS} (366 days)", field="every_secs"

@@ -527,8 +527,8 @@ def test_unknown_time_zone_points_at_tz():
     [
         ("{every_secs: 60, cron: '0 * * * * *'}", "schedule", "exactly one of"),
         ("{stagger_jitter_ms: 10}", "schedule", "exactly one of"),
-        ("{every_secs: 0}", "schedule.every_secs", "greater than 0"),
-        ("{every_secs: -5}", "schedule.every_secs", "greater than 0"),
+        ("{every_secs: 0}", "schedule.every_secs", "at least 1 second"),
+        ("{every_secs: -5}", "schedule.every_secs", "at least 1 second"),
         ("{every_secs: .inf}", "schedule.every_secs", "finite"),
         ("{every_secs: 1.0e+300}", "schedule.every_secs", "less than or equal"),
         ("{every_secs: true}", "schedule.every_secs", "must be a number"),
@@ -538,7 +538,10 @@ def test_unknown_time_zone_points_at_tz():
         ("{at: 2026-04-26}", "schedule.at", "not an RFC3339 timestamp"),
         ("{at: '2026-13-26T15:00:00Z'}", "schedule.at", "not a valid date"),
         ("{every: 60}", "schedule.every", "unknown field"),
-        ("{every_secs: 0.0000001}", "schedule.every_secs", "at least one microsecond"),
+        ("{every_secs: 0.0000001}", "schedule.every_secs", "at least 1 second"),
+        ("{every_secs: 0.000001}", "schedule.every_secs", "at least 1 second (got 1e-06)"),
+        ("{every_secs: 0.5}", "schedule.every_secs", "at least 1 second"),
+        ("{every_secs: 0.999}", "schedule.every_secs", "at least 1 second"),
     ],
 )
 def test_invalid_schedules(schedule, path, message):

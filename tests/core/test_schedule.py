@@ -413,7 +413,7 @@ def test_nominal_interval_of_a_daily_cron_shrinks_across_spring_forward() -> Non
     "schedule",
     [
         EverySchedule(timedelta(seconds=60)),
-        EverySchedule(timedelta(milliseconds=250)),
+        EverySchedule(timedelta(seconds=1)),
         EverySchedule(timedelta(seconds=1, microseconds=1)),
         EverySchedule(timedelta(days=7, microseconds=123456)),
         CronSchedule("0 */5 * * * *", "America/Bogota"),
@@ -449,11 +449,13 @@ def test_dict_form_accepts_what_yaml_gives() -> None:
         ({"every_secs": 60, "cron": "* * * * * *"}, "exactly one of"),
         ({"every_secs": 60, "stagger_jitter_ms": 10}, "unknown field"),
         ({"every_secs": 60, "tz": "UTC"}, "tz is only valid with cron"),
-        ({"every_secs": 0}, "greater than 0"),
-        ({"every_secs": -5}, "greater than 0"),
+        ({"every_secs": 0}, "at least 1 second"),
+        ({"every_secs": -5}, "at least 1 second"),
+        ({"every_secs": 0.000001}, "at least 1 second"),
+        ({"every_secs": 0.999999}, "at least 1 second"),
         ({"every_secs": float("nan")}, "finite"),
         ({"every_secs": float("inf")}, "finite"),
-        ({"every_secs": 1e-9}, "at least"),
+        ({"every_secs": 1e-9}, "at least 1 second"),
         ({"every_secs": 10**20}, "less than or equal to 31622400"),
         ({"every_secs": True}, "must be a number"),
         ({"every_secs": "60"}, "must be a number"),
@@ -524,3 +526,8 @@ def test_yaml_loader_and_db_reader_agree(text: str) -> None:
     if direct is not None:
         stored = schedule_to_dict(loaded.jobs["j"].schedule)
         assert schedule_from_dict(stored) == direct == loaded.jobs["j"].schedule
+
+
+@pytest.mark.parametrize("secs", [1, 1.0, 1.5, 60, 86_400])
+def test_every_secs_from_the_one_second_floor_up_is_accepted(secs: float) -> None:
+    assert schedule_from_dict({"every_secs": secs}) == EverySchedule(timedelta(seconds=secs))
