@@ -36,9 +36,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_strings
+from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE
 from ..schedule import MAX_EVERY_SECS
 from ..yamlsrc import SourceDoc, YamlSourceError, load_yaml
-from .agents import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, file_error, load_agents
+from .agents import file_error, load_agents
 from .jobs import JobLoader
 from .model import (
     MAX_JITTER_MS,

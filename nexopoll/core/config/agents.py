@@ -8,19 +8,15 @@ it), never the whole file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..envrefs import SINGLE_REF_RE, env_refs, expand_text, is_secret_key
 from ..errors import ConfigError
+from ..limits import AGENT_ID_RE, CHANNEL_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..yamlsrc import Path, SourceDoc
 from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path
-
-JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
-AGENT_ID_RE = JOB_ID_RE
-CHANNEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 def file_error(doc: SourceDoc, source: str, rel: Path, path: str, message: str) -> ConfigFileError:
@@ -60,16 +56,16 @@ def load_agents(
 def _agent_problems(
     agent_id: str, bindings: Any, env: Mapping[str, str]
 ) -> Iterator[tuple[Path, str]]:
-    if not AGENT_ID_RE.match(agent_id):
-        yield (), f"invalid agent id (must match {AGENT_ID_RE.pattern})"
+    if not is_name(AGENT_ID_RE, agent_id):
+        yield (), must_match("agent id", AGENT_ID_RE)
     if bindings is None:
         return
     if not isinstance(bindings, dict):
         yield (), "must be a mapping of channel name to binding"
         return
     for channel, binding in bindings.items():
-        if not CHANNEL_RE.match(channel):
-            yield (channel,), f"invalid channel name (must match {CHANNEL_RE.pattern})"
+        if not is_name(CHANNEL_RE, channel):
+            yield (channel,), must_match("channel name", CHANNEL_RE)
         if not isinstance(binding, dict):
             yield (channel,), "binding must be a mapping"
             continue
@@ -79,7 +75,7 @@ def _agent_problems(
                 isinstance(key, str)
                 and len(rel) > 1
                 and is_secret_key(key)
-                and not (isinstance(value, str) and SINGLE_REF_RE.match(value))
+                and not (isinstance(value, str) and SINGLE_REF_RE.fullmatch(value))
             ):
                 yield rel, "secrets must be given as ${ENV_VAR} references"
             yield from env_problems(rel, value, env)

@@ -15,10 +15,11 @@ from pydantic import ValidationError
 
 from ..envrefs import expand_env, ref_strings
 from ..errors import ConfigError
+from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, is_name, must_match, unsafe_char
 from ..redact import redact, secret_values
 from ..schedule import Schedule, ScheduleError, schedule_from_dict
 from ..yamlsrc import Path, SourceDoc
-from .agents import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, env_problems
+from .agents import env_problems
 from .model import (
     JOB_FIELDS,
     MAX_JITTER_MS,
@@ -64,7 +65,7 @@ class JobLoader:
     def _job(self, index: int, item: Any) -> JobSpec | None:
         base: Path = ("pollers", "jobs", index)
         raw_id = item.get("id") if isinstance(item, dict) else None
-        job_id = raw_id if isinstance(raw_id, str) and JOB_ID_RE.match(raw_id) else None
+        job_id = raw_id if is_name(JOB_ID_RE, raw_id) else None
         label = f"jobs[{job_id or index}]"
         problems: list[tuple[Path, str]] = []
         secrets: set[str] = set()
@@ -101,7 +102,7 @@ class JobLoader:
             problems.extend(pydantic_problems(exc, JOB_FIELDS))
             return None
         if job_id is None:
-            problems.append((("id",), f"invalid job id (must match {JOB_ID_RE.pattern})"))
+            problems.append((("id",), must_match("job id", JOB_ID_RE)))
         self._check_names(model, problems)
         outside = {k: v for k, v in item.items() if k != "config"}
         for rel, _ in ref_strings(outside, (), []):
@@ -133,14 +134,20 @@ class JobLoader:
 
     def _check_names(self, model: JobModel, problems: list[tuple[Path, str]]) -> None:
         agent = model.agent
-        if not AGENT_ID_RE.match(agent):
-            problems.append((("agent",), f"invalid agent id (must match {AGENT_ID_RE.pattern})"))
+        if not is_name(AGENT_ID_RE, agent):
+            problems.append((("agent",), must_match("agent id", AGENT_ID_RE)))
         elif agent in self.bad_agents:
             message = f"agent {agent!r} has configuration errors (see agents.{agent})"
             problems.append((("agent",), message))
-        if model.failure_to is not None and not CHANNEL_RE.match(model.failure_to.channel):
-            message = f"invalid channel name (must match {CHANNEL_RE.pattern})"
-            problems.append((("failure_to", "channel"), message))
+        target = model.failure_to
+        if target is None:
+            return
+        if not is_name(CHANNEL_RE, target.channel):
+            problems.append((("failure_to", "channel"), must_match("channel name", CHANNEL_RE)))
+        bad = unsafe_char(target.to)
+        if bad is not None:
+            message = f"recipient contains the control or format character {bad!a}"
+            problems.append((("failure_to", "to"), message))
 
     def _spec(
         self,

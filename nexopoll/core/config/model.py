@@ -100,9 +100,25 @@ class LoadedConfig:
 # --- field paths --------------------------------------------------------------------
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_@:/+-][A-Za-z0-9_@:/+.-]*", re.ASCII)
+
+
 def fmt_path(label: str, rel: Path) -> str:
-    """``fmt_path("jobs[a]", ("config", "items", 2))`` -> ``"jobs[a].config.items[2]"``."""
-    return label + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rel)
+    """``fmt_path("jobs[a]", ("config", "items", 2))`` -> ``"jobs[a].config.items[2]"``.
+
+    A key that is not plain ASCII (a newline, a control or format character, a
+    space, a dot) is written quoted and escaped (``agents['evil\\n']``), so one
+    issue is always one line.
+    """
+    out = [label]
+    for part in rel:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif _PLAIN_KEY.fullmatch(part):
+            out.append(f".{part}")
+        else:
+            out.append(f"[{part!a}]")
+    return "".join(out)
 
 
 def split_path(path: str | None) -> Path:
