@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ..envrefs import expand_env, ref_strings
 from ..errors import ConfigError
-from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE, is_name, must_match, unsafe_char
+from ..limits import AGENT_ID_RE, JOB_ID_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..schedule import Schedule, ScheduleError, schedule_from_dict
 from ..yamlsrc import Path, SourceDoc
@@ -139,15 +139,6 @@ class JobLoader:
         elif agent in self.bad_agents:
             message = f"agent {agent!r} has configuration errors (see agents.{agent})"
             problems.append((("agent",), message))
-        target = model.failure_to
-        if target is None:
-            return
-        if not is_name(CHANNEL_RE, target.channel):
-            problems.append((("failure_to", "channel"), must_match("channel name", CHANNEL_RE)))
-        bad = unsafe_char(target.to)
-        if bad is not None:
-            message = f"recipient contains the control or format character {bad!a}"
-            problems.append((("failure_to", "to"), message))
 
     def _spec(
         self,

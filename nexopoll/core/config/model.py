@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..limits import CHANNEL_RE, MAX_RECIPIENT, is_name, must_match, unsafe_char
 from ..schedule import SCHEDULE_FIELDS, Schedule, schedule_to_dict
 from ..yamlsrc import Path
 
@@ -145,10 +146,16 @@ class SettingsModel(BaseModel):
     jobs: list[Any] | None = None
 
 
-class FailureToModel(BaseModel):
-    model_config = STRICT
+class DeliverTargetModel(BaseModel):
+    """A ``{channel, to}`` target as the outbox stores it (``failure_to``; pollers' ``deliver``).
+
+    The channel name and the recipient fit their DB columns (:mod:`nexopoll.core.limits`);
+    ``to`` may be written as an integer (a Telegram chat id) and is kept as a string.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     channel: str
-    to: str = Field(min_length=1)
+    to: str = Field(min_length=1, max_length=MAX_RECIPIENT)
 
     @field_validator("to", mode="before")
     @classmethod
@@ -156,6 +163,24 @@ class FailureToModel(BaseModel):
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
         return value
+
+    @field_validator("channel")
+    @classmethod
+    def _channel_name(cls, value: str) -> str:
+        if not is_name(CHANNEL_RE, value):
+            raise ValueError(must_match("channel name", CHANNEL_RE))
+        return value
+
+    @field_validator("to")
+    @classmethod
+    def _printable_recipient(cls, value: str) -> str:
+        bad = unsafe_char(value)
+        if bad is not None:
+            raise ValueError(f"recipient contains the control or format character {bad!a}")
+        return value
+
+
+FailureToModel = DeliverTargetModel
 
 
 class JobModel(BaseModel):
