@@ -699,7 +699,7 @@ AGENTS = """\
       bob:
         slack: { bot_token: "${BOB_SLACK}" }
       cat:
-        webhook: { url: https://x, headers: { X-Api-Key: "${ANA_TOKEN}" } }
+        webhook: { url: https://x, secret: "${ANA_TOKEN}" }
     pollers:
       jobs:
         - {id: via_ana, kind: noop, agent: ana, schedule: {every_secs: 60}}

@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..bindings import BUILTIN_BINDING_SCHEMAS, BindingSchemas
 from ..envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_strings
 from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE
 from ..schedule import MAX_EVERY_SECS
@@ -90,6 +91,7 @@ def load_config(
     env: Mapping[str, str],
     now: datetime,
     validators: Mapping[str, Callable[[dict[str, Any]], None]],
+    channels: BindingSchemas | None = None,
 ) -> LoadedConfig:
     """Parse and validate a ``pollers.yaml`` text.
 
@@ -101,6 +103,11 @@ def load_config(
         validators: ``kind -> Poller.validate``; each is called with the job's
             config after ``${VAR}`` expansion and rejects the job by raising
             ``ConfigError`` or a pydantic ``ValidationError``.
+        channels: The installed channels, ``name -> binding schema`` (None for a
+            channel whose binding is a plain mapping of strings). A ``failure_to``
+            must name one of them. Without it (pure callers, tests) the built-in
+            ``log`` and ``webhook`` schemas are used and ``failure_to`` channels are
+            only checked for their spelling.
 
     Returns:
         Settings, valid jobs (file order) and agents, and the issues that
@@ -117,7 +124,8 @@ def load_config(
         return LoadedConfig(PollersSettings(enabled=False), {}, {}, [])
     _check_top_level(doc, source)
     settings, raw_jobs = _load_settings(doc, source)
-    agents, bad_agents, issues = load_agents(doc, source, env)
+    schemas = BUILTIN_BINDING_SCHEMAS if channels is None else channels
+    agents, bad_agents, issues = load_agents(doc, source, env, schemas)
     if not settings.enabled:
         return LoadedConfig(settings, {}, agents, issues)
     loader = JobLoader(doc, source, env, now, validators, settings, bad_agents)

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..envrefs import SINGLE_REF_RE, env_refs, expand_text, is_secret_key
+from pydantic import BaseModel, ValidationError
+
+from ..bindings import BindingSchemas, generic_binding_problems
+from ..envrefs import SINGLE_REF_RE, env_refs, expand_env, expand_text, is_secret_key
 from ..errors import ConfigError
 from ..limits import AGENT_ID_RE, CHANNEL_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..yamlsrc import Path, SourceDoc
-from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path
+from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path, pydantic_problems
 
 
 def file_error(doc: SourceDoc, source: str, rel: Path, path: str, message: str) -> ConfigFileError:
@@ -24,9 +27,13 @@ def file_error(doc: SourceDoc, source: str, rel: Path, path: str, message: str) 
 
 
 def load_agents(
-    doc: SourceDoc, source: str, env: Mapping[str, str]
+    doc: SourceDoc, source: str, env: Mapping[str, str], schemas: BindingSchemas
 ) -> tuple[dict[str, AgentSpec], set[str], list[ConfigIssue]]:
-    """Valid agents, the ids of invalid ones, and the issues that rejected them."""
+    """Valid agents, the ids of invalid ones, and the issues that rejected them.
+
+    ``schemas`` maps channel names to their binding schema (None: a mapping of strings);
+    a channel it does not name is also held to a mapping of strings.
+    """
     raw = doc.value.get("agents")
     if raw is None:
         return {}, set(), []
@@ -38,7 +45,7 @@ def load_agents(
     bad: set[str] = set()
     issues: list[ConfigIssue] = []
     for agent_id, bindings in raw.items():
-        problems = list(_agent_problems(agent_id, bindings, env))
+        problems = list(_agent_problems(agent_id, bindings, env, schemas))
         secrets = secret_values(bindings, env)
         for rel, message in problems:
             message = redact(message, secrets)
@@ -54,7 +61,7 @@ def load_agents(
 
 
 def _agent_problems(
-    agent_id: str, bindings: Any, env: Mapping[str, str]
+    agent_id: str, bindings: Any, env: Mapping[str, str], schemas: BindingSchemas
 ) -> Iterator[tuple[Path, str]]:
     if not is_name(AGENT_ID_RE, agent_id):
         yield (), must_match("agent id", AGENT_ID_RE)
@@ -69,16 +76,42 @@ def _agent_problems(
         if not isinstance(binding, dict):
             yield (channel,), "binding must be a mapping"
             continue
-        for rel, value in _walk(binding, (channel,)):
-            key = rel[-1]
-            if (
-                isinstance(key, str)
-                and len(rel) > 1
-                and is_secret_key(key)
-                and not (isinstance(value, str) and SINGLE_REF_RE.fullmatch(value))
-            ):
-                yield rel, "secrets must be given as ${ENV_VAR} references"
-            yield from env_problems(rel, value, env)
+        problems = list(_reference_problems(channel, binding, env))
+        if not problems:
+            problems = list(_shape_problems(channel, binding, env, schemas.get(channel)))
+        yield from problems
+
+
+def _reference_problems(
+    channel: str, binding: dict[str, Any], env: Mapping[str, str]
+) -> Iterator[tuple[Path, str]]:
+    """Secret-named keys hold exactly one ``${VAR}``; every ``${VAR}`` is set and well formed."""
+    for rel, value in _walk(binding, (channel,)):
+        key = rel[-1]
+        if (
+            isinstance(key, str)
+            and len(rel) > 1
+            and is_secret_key(key)
+            and not (isinstance(value, str) and SINGLE_REF_RE.fullmatch(value))
+        ):
+            yield rel, "secrets must be given as ${ENV_VAR} references"
+        yield from env_problems(rel, value, env)
+
+
+def _shape_problems(
+    channel: str, binding: dict[str, Any], env: Mapping[str, str], schema: type[BaseModel] | None
+) -> Iterator[tuple[Path, str]]:
+    """The binding against its channel's schema (``${VAR}`` expanded), or as strings."""
+    if schema is None:
+        for rel, message in generic_binding_problems(binding):
+            yield (channel, *rel), message
+        return
+    try:
+        schema.model_validate(expand_env(binding, env))
+    except ValidationError as exc:
+        allowed = {(): sorted(schema.model_fields)}
+        for loc, message in pydantic_problems(exc, allowed):
+            yield (channel, *loc), message
 
 
 def env_problems(rel: Path, value: Any, env: Mapping[str, str]) -> Iterator[tuple[Path, str]]:
