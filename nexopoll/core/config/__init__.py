@@ -40,7 +40,7 @@ from ..envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_stri
 from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE
 from ..schedule import MAX_EVERY_SECS
 from ..yamlsrc import SourceDoc, YamlSourceError, load_yaml
-from .agents import file_error, load_agents
+from .agents import KnownAgents, file_error, load_agents
 from .jobs import JobLoader
 from .model import (
     MAX_JITTER_MS,
@@ -128,7 +128,8 @@ def load_config(
     agents, bad_agents, issues = load_agents(doc, source, env, schemas)
     if not settings.enabled:
         return LoadedConfig(settings, {}, agents, issues)
-    loader = JobLoader(doc, source, env, now, validators, settings, bad_agents)
+    known = KnownAgents(agents, bad_agents, channels)
+    loader = JobLoader(doc, source, env, now, validators, settings, known)
     jobs = loader.load(raw_jobs)
     return LoadedConfig(settings, jobs, agents, issues + loader.issues)
 

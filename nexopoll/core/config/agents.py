@@ -9,17 +9,33 @@ it), never the whole file.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..bindings import BindingSchemas, generic_binding_problems
+from ..bindings import BUILTIN_BINDING_SCHEMAS, BindingSchemas, generic_binding_problems
 from ..envrefs import SINGLE_REF_RE, env_refs, expand_env, expand_text, is_secret_key
 from ..errors import ConfigError
 from ..limits import AGENT_ID_RE, CHANNEL_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..yamlsrc import Path, SourceDoc
 from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path, pydantic_problems
+
+
+@dataclass(frozen=True)
+class KnownAgents:
+    """What a job may refer to: the valid agents, the invalid ones and the channels.
+
+    ``channels`` is None when the caller did not say which channels are installed.
+    """
+
+    agents: dict[str, AgentSpec]
+    bad: set[str]
+    channels: BindingSchemas | None
+
+    def schema(self, channel: str) -> type[BaseModel] | None:
+        return (BUILTIN_BINDING_SCHEMAS if self.channels is None else self.channels).get(channel)
 
 
 def file_error(doc: SourceDoc, source: str, rel: Path, path: str, message: str) -> ConfigFileError:

@@ -13,13 +13,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..bindings import requires_binding
 from ..envrefs import expand_env, ref_strings
 from ..errors import ConfigError
 from ..limits import AGENT_ID_RE, JOB_ID_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..schedule import Schedule, ScheduleError, schedule_from_dict
 from ..yamlsrc import Path, SourceDoc
-from .agents import env_problems
+from .agents import KnownAgents, env_problems
 from .model import (
     JOB_FIELDS,
     MAX_JITTER_MS,
@@ -46,10 +47,10 @@ class JobLoader:
         now: datetime,
         validators: Mapping[str, Callable[[dict[str, Any]], None]],
         settings: PollersSettings,
-        bad_agents: set[str],
+        known: KnownAgents,
     ) -> None:
         self.doc, self.source, self.env, self.now = doc, source, env, now
-        self.validators, self.settings, self.bad_agents = validators, settings, bad_agents
+        self.validators, self.settings, self.known = validators, settings, known
         self.known_kinds = ", ".join(sorted(validators)) or "(none)"
         self.issues: list[ConfigIssue] = []
         self.first_line: dict[str, int | None] = {}
@@ -136,9 +137,32 @@ class JobLoader:
         agent = model.agent
         if not is_name(AGENT_ID_RE, agent):
             problems.append((("agent",), must_match("agent id", AGENT_ID_RE)))
-        elif agent in self.bad_agents:
+        elif agent in self.known.bad:
             message = f"agent {agent!r} has configuration errors (see agents.{agent})"
             problems.append((("agent",), message))
+        elif model.failure_to is not None:
+            message = self._failure_to_problem(agent, model.failure_to.channel)
+            if message:
+                problems.append((("failure_to", "channel"), message))
+
+    def _failure_to_problem(self, agent: str, channel: str) -> str | None:
+        """Why alerts of ``agent``'s job could not go out on ``channel``, if they could not."""
+        installed = self.known.channels
+        if installed is not None and channel not in installed:
+            names = ", ".join(sorted(installed)) or "(none)"
+            return (
+                f"unknown channel {channel!r} for the alerts of agent {agent!r} "
+                f"(installed channels: {names})"
+            )
+        spec = self.known.agents.get(agent)
+        if requires_binding(self.known.schema(channel)) and (
+            spec is None or channel not in spec.bindings
+        ):
+            return (
+                f"channel {channel!r} needs a binding, and agent {agent!r} has none "
+                f"(add agents.{agent}.{channel})"
+            )
+        return None
 
     def _spec(
         self,
