@@ -1,4 +1,10 @@
-"""Configuration checks: ``manage.py pollers check`` and Django's ``manage.py check``."""
+"""Configuration checks: ``manage.py pollers check`` and Django's system check.
+
+An invalid ``pollers.yaml`` never blocks a management command: the system check only
+warns (``migrate``, ``pollers pause``, ``make run`` keep working and the last good
+definitions keep running), while ``pollers check`` and ``pollers reload`` report the
+problems and exit non-zero.
+"""
 
 from __future__ import annotations
 
@@ -42,8 +48,15 @@ def _redis_problems() -> list[str]:
     return []
 
 
+_HINT = (
+    "pollers.yaml is not applied: the last good definitions keep running. "
+    "Fix it, then run `manage.py pollers reload` (`manage.py pollers check` lists the problems)."
+)
+
+
 @checks.register("nexopoll")
 def pollers_yaml_check(app_configs, **kwargs):  # type: ignore[no-untyped-def]
+    """Warnings only: an Error here would stop every management command."""
     from django.utils import timezone
 
     from nexopoll import services
@@ -51,7 +64,7 @@ def pollers_yaml_check(app_configs, **kwargs):  # type: ignore[no-untyped-def]
     try:
         loaded = services.load_file(now=timezone.now())
     except ConfigFileError as exc:
-        return [checks.Error(str(i), id="nexopoll.E001") for i in exc.issues]
+        return [checks.Warning(str(i), hint=_HINT, id="nexopoll.W002") for i in exc.issues]
     except Exception:  # registry or DB not ready: the dedicated command reports it
         return []
-    return [checks.Warning(str(i), id="nexopoll.W001") for i in loaded.issues]
+    return [checks.Warning(str(i), hint=_HINT, id="nexopoll.W001") for i in loaded.issues]

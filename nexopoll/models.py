@@ -11,6 +11,16 @@ import uuid
 
 from django.db import models
 
+from nexopoll.core.limits import (
+    MAX_AGENT_ID,
+    MAX_CHANNEL,
+    MAX_HASH,
+    MAX_JOB_ID,
+    MAX_KIND,
+    MAX_RECIPIENT,
+    MAX_STATUS,
+)
+
 
 class TickStatus(models.TextChoices):
     OK = "ok"
@@ -20,9 +30,9 @@ class TickStatus(models.TextChoices):
 
 
 class PollJob(models.Model):
-    job_id = models.CharField(primary_key=True, max_length=100)
-    kind = models.CharField(max_length=64)
-    agent = models.CharField(max_length=100)
+    job_id = models.CharField(primary_key=True, max_length=MAX_JOB_ID)
+    kind = models.CharField(max_length=MAX_KIND)
+    agent = models.CharField(max_length=MAX_AGENT_ID)
     schedule = models.JSONField(help_text="every_secs | cron + tz | at")
     jitter_ms = models.IntegerField(default=0)
     config = models.JSONField(default=dict, help_text="as written: ${VAR} references unexpanded")
@@ -31,7 +41,7 @@ class PollJob(models.Model):
     breaker_threshold = models.IntegerField(default=5)
     alert_cooldown_secs = models.IntegerField(default=3600)
     lease_ttl_factor = models.FloatField(default=2.0)
-    definition_hash = models.CharField(max_length=64)
+    definition_hash = models.CharField(max_length=MAX_HASH)
     source_line = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -46,10 +56,10 @@ class PollJob(models.Model):
 
 
 class PollState(models.Model):
-    job_id = models.CharField(primary_key=True, max_length=100)
+    job_id = models.CharField(primary_key=True, max_length=MAX_JOB_ID)
     # Fencing epoch: every tick takes epoch + 1 and commits only WHERE epoch = its own.
     epoch = models.BigIntegerField(default=0)
-    definition_hash = models.CharField(max_length=64, default="")
+    definition_hash = models.CharField(max_length=MAX_HASH, default="")
     cursor = models.BinaryField(null=True, blank=True)
     paused = models.BooleanField(default=False)
     paused_reason = models.TextField(blank=True, default="")
@@ -61,7 +71,7 @@ class PollState(models.Model):
     crash_count = models.IntegerField(default=0)
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
-    last_status = models.CharField(max_length=16, choices=TickStatus.choices, blank=True)
+    last_status = models.CharField(max_length=MAX_STATUS, choices=TickStatus.choices, blank=True)
     last_error = models.TextField(blank=True, default="")
     last_latency_ms = models.IntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
@@ -82,7 +92,7 @@ class PollState(models.Model):
 
 
 class Agent(models.Model):
-    agent_id = models.CharField(primary_key=True, max_length=100)
+    agent_id = models.CharField(primary_key=True, max_length=MAX_AGENT_ID)
     bindings = models.JSONField(default=dict, help_text="channel → binding; secrets as ${VAR}")
 
     class Meta:
@@ -106,15 +116,15 @@ class Delivery(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    job_id = models.CharField(max_length=100, db_index=True)
-    agent = models.CharField(max_length=100)
+    job_id = models.CharField(max_length=MAX_JOB_ID, db_index=True)
+    agent = models.CharField(max_length=MAX_AGENT_ID)
     epoch = models.BigIntegerField()
-    purpose = models.CharField(max_length=16, default="item")  # item | alert | recovery
-    channel = models.CharField(max_length=64)
-    recipient = models.CharField(max_length=500)
+    purpose = models.CharField(max_length=MAX_STATUS, default="item")  # item | alert | recovery
+    channel = models.CharField(max_length=MAX_CHANNEL)
+    recipient = models.CharField(max_length=MAX_RECIPIENT)
     payload = models.JSONField()
     status = models.CharField(
-        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+        max_length=MAX_STATUS, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
     )
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.DateTimeField()

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
 from nexopoll.core.schedule import next_slot, schedule_to_dict
 
+from .channels import binding_schemas
 from .models import Agent, PollJob, PollState
 from .runtime import definitions
 from .runtime.definitions import runtime_hash
@@ -67,7 +68,12 @@ def load_file(*, now: datetime, path: Path | None = None) -> LoadedConfig:
         with path.open("rb") as fh:  # the loader refuses > 1 MiB; never read a huge file whole
             text = fh.read(2 * 1024 * 1024)
     return load_config(
-        text, source=str(path), env=os.environ, now=now, validators=get_registry().validators()
+        text,
+        source=str(path),
+        env=os.environ,
+        now=now,
+        validators=get_registry().validators(),
+        channels=binding_schemas(),
     )
 
 

@@ -1,7 +1,9 @@
 """Outbound channels. Adding one is a single module: a class with ``name`` and ``send``.
 
 Built-ins: ``log`` and ``webhook``. Third-party channels register through the
-entry-point group ``nexopoll.channels``.
+entry-point group ``nexopoll.channels``. A channel may declare ``binding_schema``, a
+strict pydantic model of its ``agents.<id>.<channel>`` binding; the built-ins' live in
+:mod:`nexopoll.core.bindings`. Without one, a binding is a mapping of strings.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
+from nexopoll.core.bindings import BUILTIN_BINDING_SCHEMAS
 from nexopoll.core.errors import ConfigError
 
 ENTRY_POINT_GROUP = "nexopoll.channels"
@@ -60,13 +65,29 @@ def _load() -> dict[str, Channel]:
     return found
 
 
-def get_channel(name: str) -> Channel:
+def _installed() -> dict[str, Channel]:
     global _channels
     if _channels is None:
         _channels = _load()
+    return _channels
+
+
+def binding_schemas() -> dict[str, type[BaseModel] | None]:
+    """Every installed channel's name and binding schema (None: a mapping of strings).
+
+    This is what the config loader's ``channels=`` parameter takes.
+    """
+    return {
+        name: getattr(channel, "binding_schema", None) or BUILTIN_BINDING_SCHEMAS.get(name)
+        for name, channel in sorted(_installed().items())
+    }
+
+
+def get_channel(name: str) -> Channel:
+    channels = _installed()
     try:
-        return _channels[name]
+        return channels[name]
     except KeyError:
         raise ConfigError(
-            f"unknown channel {name!r}; installed channels: {', '.join(sorted(_channels))}"
+            f"unknown channel {name!r}; installed channels: {', '.join(sorted(channels))}"
         ) from None

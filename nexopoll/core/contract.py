@@ -6,7 +6,6 @@ runtime owns scheduling, leases, retries, the breaker, persistence and delivery.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -15,8 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError, TransientError
-
-KIND_RE = re.compile(r"^[a-z][a-z0-9_]+$")
+from .limits import KIND_RE
 
 
 class Cancelled(TransientError):
@@ -142,6 +140,6 @@ class Poller:
 
 def check_kind(kind: object) -> str:
     """Return ``kind`` if it is a valid poller kind name, else raise ConfigError."""
-    if not isinstance(kind, str) or not KIND_RE.match(kind):
+    if not isinstance(kind, str) or not KIND_RE.fullmatch(kind):
         raise ConfigError(f"invalid poller kind {kind!r}: must match {KIND_RE.pattern}")
     return kind

@@ -13,8 +13,8 @@ from .errors import ConfigError
 
 Path = tuple[str | int, ...]
 
-_ENV_TOKEN_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-SINGLE_REF_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
+_ENV_TOKEN_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{", re.ASCII)
+SINGLE_REF_RE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", re.ASCII)  # use fullmatch
 _SECRET_KEYS = frozenset({"token", "secret", "password", "api_key", "apikey", "client_secret"})
 _SECRET_SUFFIXES = ("_token", "_secret", "_password", "_api_key", "_apikey")
 

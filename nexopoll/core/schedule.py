@@ -2,7 +2,11 @@
 
 Everything here is pure: instants come in as parameters (aware datetimes, answered in
 UTC), nothing reads the clock and nothing draws random numbers, so a slot computed in a
-test is the slot the runtime computes in production.
+test is the slot the runtime computes in production. Cron parsing and the DST rules
+live in :mod:`nexopoll.core.cron`.
+
+:func:`schedule_from_dict` is the one way from a written schedule (``pollers.yaml`` or
+the DB's JSON copy) to a :class:`Schedule`, and it is strict.
 """
 
 from __future__ import annotations
@@ -12,37 +16,44 @@ import hashlib
 import itertools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, CroniterError, croniter
+from .cron import CRON_HORIZON_YEARS, EPOCH, CronError, check_cron_syntax, next_cron, zone_of
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+__all__ = ["CRON_HORIZON_YEARS", "EPOCH"]
 
 #: ``nominal_interval`` of a one-shot ``at`` schedule (it has no period); the lease TTL is
 #: derived from it, so it only has to be a sane size for one tick.
 AT_NOMINAL_INTERVAL = timedelta(seconds=60)
 
-#: How far ahead a cron expression is searched for its next firing. Long on purpose: a
-#: valid expression can be silent for years ("0 0 0 29 2 *" skips 2100, and the fifth
-#: Friday of February comes round about once in 28 years).
-CRON_HORIZON_YEARS = 50
+#: Bounds of ``every_secs``: a job runs at most once a second, at least once in 366 days.
+MIN_EVERY_SECS = 1
+MAX_EVERY_SECS = 366 * 86_400
 
-_CRON_FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+SCHEDULE_FIELDS = ("at", "cron", "every_secs", "tz")
 _CRON_SAMPLE = 6
-_MAX_CANDIDATES = 1000
 _STAGGER_REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
 _ONE_SECOND = timedelta(seconds=1)
 _ONE_MS = timedelta(milliseconds=1)
-# croniter's "R" draws from the global RNG and "H" needs a hash id: neither is reproducible.
-_RANDOM_OR_HASHED = re.compile(r"(?:^|,)[hr](?:$|[(/,])", re.IGNORECASE)
-_CRONITER_PREFIX = re.compile(r"^\[[^\]]*\] is not acceptable[,.]?\s*")
+_RFC3339_RE = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?", re.ASCII
+)
 
 
 class ScheduleError(ValueError):
-    """A schedule is invalid; the message is meant for the operator who wrote it."""
+    """A schedule is invalid; the message is meant for the operator who wrote it.
+
+    ``field`` names the schedule key at fault (``"cron"``, ``"tz"``…), or None when
+    the block as a whole is wrong.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,11 @@ class CronSchedule:
     tz: str = "UTC"
 
     def __post_init__(self) -> None:
-        _check_cron_syntax(self.expr)
-        _zone(self.tz)
+        try:
+            check_cron_syntax(self.expr)
+            zone_of(self.tz)
+        except CronError as exc:
+            raise ScheduleError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -110,10 +124,7 @@ def parse_cron(expr: str, tz: str, *, now: datetime) -> CronSchedule:
         ...
         nexopoll.core.schedule.ScheduleError: cron expression '0 0 0 31 2 *' never fires
     """
-    schedule = CronSchedule(expr, tz)
-    if next_run_at(schedule, after=now) is None:
-        raise ScheduleError(f"cron expression '{expr}' never fires")
-    return schedule
+    return _cron_from(expr, tz, now)
 
 
 def next_run_at(schedule: Schedule, *, after: datetime) -> datetime | None:
@@ -161,7 +172,7 @@ def next_run_at(schedule: Schedule, *, after: datetime) -> datetime | None:
     if isinstance(schedule, AtSchedule):
         return schedule.at if schedule.at > after else None
     if isinstance(schedule, CronSchedule):
-        return _next_cron(schedule, after)
+        return next_cron(schedule.expr, schedule.tz, after)
     raise TypeError(f"not a schedule: {schedule!r}")
 
 
@@ -266,16 +277,20 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
     raise TypeError(f"not a schedule: {schedule!r}")
 
 
-def schedule_from_dict(d: dict[str, Any]) -> Schedule:
-    """Build a schedule from its dict form: ``{"every_secs": 60}``, ``{"cron": …, "tz": …}``
-    (``tz`` optional, default UTC) or ``{"at": "2026-04-26T15:00:00Z"}``.
+def schedule_from_dict(d: Mapping[str, Any], *, now: datetime | None = None) -> Schedule:
+    """Build a schedule from its written form, strictly: ``{"every_secs": 60}``,
+    ``{"cron": "0 */5 * * * *", "tz": "America/Bogota"}`` (``tz`` optional, default UTC,
+    only with ``cron``) or ``{"at": "2026-04-26T15:00:00Z"}`` (RFC3339 with an offset).
 
-    ``schedule_from_dict(schedule_to_dict(s)) == s``. Cron syntax and zone are checked,
-    but not whether the expression ever fires (that needs ``now``: use :func:`parse_cron`
-    for operator input). Other keys are rejected: take ``stagger_jitter_ms`` out first.
+    The same function reads ``pollers.yaml`` and the DB's copy, so both are held to
+    the same rules: numbers are numbers (not strings or booleans), finite and within
+    [:data:`MIN_EVERY_SECS`, :data:`MAX_EVERY_SECS`]; ``at`` is a string; other keys are
+    rejected (take ``stagger_jitter_ms`` out first). ``schedule_from_dict(
+    schedule_to_dict(s)) == s``. With ``now``, a cron expression must also fire within
+    ``CRON_HORIZON_YEARS`` of it.
 
     Raises:
-        ScheduleError: the mapping is not one of the three forms.
+        ScheduleError: with ``field`` naming the key at fault.
 
     Examples:
         >>> schedule_from_dict({"every_secs": 60})
@@ -283,151 +298,51 @@ def schedule_from_dict(d: dict[str, Any]) -> Schedule:
         >>> schedule_from_dict({"at": "2026-04-26T15:00:00Z"})
         AtSchedule(at=datetime.datetime(2026, 4, 26, 15, 0, tzinfo=datetime.timezone.utc))
     """
-    if not isinstance(d, dict):
+    if not isinstance(d, Mapping):
         raise ScheduleError(f"schedule must be a mapping, got {type(d).__name__}")
-    kinds = [k for k in ("every_secs", "cron", "at") if k in d]
-    if len(kinds) != 1:
-        raise ScheduleError(
-            "schedule must have exactly one of 'every_secs', 'cron', 'at', "
-            f"got {sorted(map(str, d))}"
-        )
-    kind = kinds[0]
-    allowed = {"cron", "tz"} if kind == "cron" else {kind}
-    unknown = sorted(str(k) for k in d if k not in allowed)
+    unknown = sorted(str(k) for k in d if k not in SCHEDULE_FIELDS)
     if unknown:
-        raise ScheduleError(f"unknown schedule key(s) {unknown} with '{kind}'")
-    if kind == "every_secs":
+        allowed = ", ".join(SCHEDULE_FIELDS)
+        raise ScheduleError(f"unknown field (allowed: {allowed})", field=unknown[0])
+    given = [k for k in ("every_secs", "cron", "at") if k in d]
+    if len(given) != 1:
+        got = f" (got {', '.join(given)})" if given else ""
+        raise ScheduleError(f"must set exactly one of every_secs, cron, at{got}")
+    if "tz" in d and "cron" not in d:
+        raise ScheduleError("tz is only valid with cron", field="tz")
+    if "every_secs" in d:
         return EverySchedule(_every_from(d["every_secs"]))
-    if kind == "cron":
-        return CronSchedule(d["cron"], d.get("tz", "UTC"))
-    return AtSchedule(_at_from(d["at"]))
+    if "at" in d:
+        return AtSchedule(_at_from(d["at"]))
+    return _cron_from(d["cron"], d.get("tz", "UTC"), now)
 
 
-def _next_cron(schedule: CronSchedule, after: datetime) -> datetime | None:
-    # croniter walks naive local wall times (plain calendar arithmetic); the mapping of each
-    # wall time to an instant is ours, because croniter's own DST handling is not the
-    # once-per-wall-time rule we promise.
-    zone = _zone(schedule.tz)
-    walls = croniter(
-        schedule.expr,
-        _start_wall(after, zone),
-        second_at_beginning=True,
-        max_years_between_matches=CRON_HORIZON_YEARS,
-    )
-    for _ in range(_MAX_CANDIDATES):
-        try:
-            wall = walls.get_next(datetime)
-        except CroniterBadDateError:
-            return None
-        instant = _wall_to_instant(wall, zone)
-        if instant > after:
-            return instant
-    return None
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC3339 instant with an explicit offset; return it in UTC.
 
-
-def _start_wall(after: datetime, zone: ZoneInfo) -> datetime:
-    """The naive wall time to search from: every wall time with a firing > after is later."""
-    local = after.astimezone(zone)
-    if local.fold:
-        # ``after`` is in the repeated hour's second pass: the wall times still ahead in it
-        # already fired in the first pass, so resume where the repetition ends.
-        first_offset = _offset(local.replace(fold=0))
-        jump = _transition(after - (first_offset - _offset(local)), after, zone)
-        return jump.replace(tzinfo=None) + first_offset - _ONE_SECOND
-    return local.replace(tzinfo=None, microsecond=0, fold=0)
-
-
-def _wall_to_instant(wall: datetime, zone: ZoneInfo) -> datetime:
-    """Map a naive local wall time to the instant it fires (first occurrence, or the jump)."""
-    first = wall.replace(tzinfo=zone, fold=0)
-    instant = first.astimezone(UTC)
-    if instant.astimezone(zone).replace(tzinfo=None, fold=0) == wall:
-        return instant
-    # In a gap: fold=0 and fold=1 read the wall time with the offsets either side of the
-    # jump, which brackets the jump instant.
-    offsets = (_offset(first), _offset(wall.replace(tzinfo=zone, fold=1)))
-    before = (wall - max(offsets)).replace(tzinfo=UTC)
-    after = (wall - min(offsets)).replace(tzinfo=UTC)
-    return _transition(before, after, zone)
-
-
-def _transition(lo: datetime, hi: datetime, zone: ZoneInfo) -> datetime:
-    """First whole-second instant in ``(lo, hi]`` whose UTC offset differs from ``lo``'s.
-
-    tzdata transitions fall on whole seconds, so a binary search over seconds is exact.
+    ``"2026-04-26T17:00:00+02:00"`` -> ``2026-04-26 15:00:00+00:00``. A timestamp
+    without an offset is refused rather than guessed; digits are ASCII only.
     """
-    low = (lo - EPOCH) // _ONE_SECOND
-    high = -((EPOCH - hi) // _ONE_SECOND)
-    start_offset = _offset((EPOCH + low * _ONE_SECOND).astimezone(zone))
-    while high - low > 1:
-        mid = (low + high) // 2
-        if (EPOCH + mid * _ONE_SECOND).astimezone(zone).utcoffset() == start_offset:
-            low = mid
-        else:
-            high = mid
-    return EPOCH + high * _ONE_SECOND
-
-
-def _check_cron_syntax(expr: object) -> None:
-    if not isinstance(expr, str):
-        raise ScheduleError(f"invalid cron expression {expr!r}: expected a string")
-    fields = expr.split()
-    if len(fields) != len(_CRON_FIELDS):
+    match = _RFC3339_RE.fullmatch(text.strip())
+    if match is None:
         raise ScheduleError(
-            f"invalid cron expression '{expr}': expected 6 fields "
-            f"(sec min hour dom mon dow), got {len(fields)}"
+            f"{text!r} is not an RFC3339 timestamp (e.g. '2026-04-26T15:00:00Z')", field="at"
         )
-    for name, field in zip(_CRON_FIELDS, fields, strict=True):
-        if _RANDOM_OR_HASHED.search(field):
-            raise ScheduleError(
-                f"invalid cron expression '{expr}': {name} field '{field}' uses H/R, "
-                "which is not deterministic"
-            )
+    date, time, fraction, offset = match.groups()
+    if offset is None:
+        raise ScheduleError(f"{text!r} has no UTC offset: add 'Z' or e.g. '+02:00'", field="at")
+    micros = f".{(fraction or '0')[:6]:0<6}"
     try:
-        _croniter_accepts(expr)
-    except CroniterError as exc:
-        reason = _bad_field(fields, exc)
-        raise ScheduleError(f"invalid cron expression '{expr}': {reason}") from exc
-
-
-def _bad_field(fields: list[str], whole: CroniterError) -> str:
-    """Name the field croniter rejects: its own messages reorder the fields."""
-    for index, (name, field) in enumerate(zip(_CRON_FIELDS, fields, strict=True)):
-        probe = ["*"] * len(fields)
-        probe[index] = field
-        try:
-            _croniter_accepts(" ".join(probe))
-        except CroniterError as exc:
-            reason = _CRONITER_PREFIX.sub("", str(exc))
-            detail = f" ({reason})" if reason and "field" not in reason else ""
-            return f"bad {name} field '{field}'{detail}"
-    return str(whole)
-
-
-def _croniter_accepts(expr: str) -> None:
-    croniter(expr, _STAGGER_REFERENCE.replace(tzinfo=None), second_at_beginning=True)
-
-
-def _zone(key: object) -> ZoneInfo:
-    if not isinstance(key, str) or not key:
-        raise ScheduleError(f"unknown time zone {key!r}")
-    try:
-        return ZoneInfo(key)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"unknown time zone '{key}'") from None
+        parsed = datetime.fromisoformat(f"{date}T{time}{micros}{offset.upper()}")
+    except ValueError:
+        raise ScheduleError(f"{text!r} is not a valid date and time", field="at") from None
+    return parsed.astimezone(UTC)
 
 
 def _as_utc(value: datetime, name: str) -> datetime:
     if value.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime, got naive {value!r}")
     return value.astimezone(UTC)
-
-
-def _offset(aware: datetime) -> timedelta:
-    offset = aware.utcoffset()
-    if offset is None:
-        raise ValueError(f"expected an aware datetime, got {aware!r}")
-    return offset
 
 
 def _rfc3339(instant: datetime) -> str:
@@ -437,25 +352,41 @@ def _rfc3339(instant: datetime) -> str:
 
 def _every_from(raw: object) -> timedelta:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ScheduleError(f"every_secs must be a number, got {raw!r}")
-    if (isinstance(raw, float) and not math.isfinite(raw)) or raw <= 0:
-        raise ScheduleError(f"every_secs must be a positive number, got {raw!r}")
-    try:
-        return timedelta(seconds=raw)
-    except OverflowError:
-        raise ScheduleError(f"every_secs is too large: {raw!r}") from None
+        kind = "a boolean" if isinstance(raw, bool) else f"a {type(raw).__name__}"
+        raise ScheduleError(f"must be a number of seconds, got {kind}", field="every_secs")
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise ScheduleError("must be a finite number of seconds", field="every_secs")
+    if raw < MIN_EVERY_SECS:
+        raise ScheduleError(
+            f"must be at least {MIN_EVERY_SECS} second (got {raw!r}); every_secs is in seconds",
+            field="every_secs",
+        )
+    if raw > MAX_EVERY_SECS:
+        raise ScheduleError(
+            f"must be less than or equal to {MAX_EVERY_SECS} (366 days)", field="every_secs"
+        )
+    return timedelta(seconds=raw)
 
 
 def _at_from(raw: object) -> datetime:
-    # YAML turns an unquoted timestamp into a datetime already.
-    value = raw if isinstance(raw, datetime) else None
-    if isinstance(raw, str):
-        try:
-            value = datetime.fromisoformat(raw)
-        except ValueError:
-            pass
-    if value is None:
-        raise ScheduleError(f"at must be an RFC3339 instant, got {raw!r}")
-    if value.utcoffset() is None:
-        raise ScheduleError(f"at must carry a UTC offset (e.g. '…Z'), got {raw!r}")
-    return value
+    if not isinstance(raw, str):
+        raise ScheduleError(
+            f"must be an RFC3339 timestamp string, got a {type(raw).__name__}", field="at"
+        )
+    return parse_rfc3339(raw)
+
+
+def _cron_from(expr: object, tz: object, now: datetime | None) -> CronSchedule:
+    if not isinstance(expr, str):
+        raise ScheduleError(f"invalid cron expression {expr!r}: expected a string", field="cron")
+    try:
+        zone_of(tz)
+    except CronError as exc:
+        raise ScheduleError(str(exc), field="tz") from None
+    try:
+        schedule = CronSchedule(expr, str(tz))
+    except ScheduleError as exc:
+        raise ScheduleError(exc.message, field="cron") from None
+    if now is not None and next_run_at(schedule, after=now) is None:
+        raise ScheduleError(f"cron expression '{expr}' never fires", field="cron")
+    return schedule

@@ -7,7 +7,10 @@ author). The grammar is deliberately tiny:
 - ``{path}`` is a dotted path looked up in the item: mapping keys and list
   indexes only (``{fields.assignee.name}``, ``{tags.0}``). Everything between
   the braces is the path, so ``{dc:creator}`` looks up the key ``dc:creator``;
-  there are no format specs or conversions.
+  there are no format specs or conversions. A list index is ASCII digits only
+  (at most :data:`MAX_INDEX_DIGITS`); a segment holding any other digit
+  (Arabic-indic, fullwidth, superscript) is refused by :func:`check_template` and
+  :func:`check_path`, and :func:`lookup` never reads one as an index.
 - ``{{`` and ``}}`` are literal braces.
 - A missing field renders as the empty string; a string as is; any other value
   (number, bool, null, list, object) as compact JSON.
@@ -21,11 +24,15 @@ template is rejected at load, not at tick.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_OUTPUT_CHARS = 64 * 1024
 MAX_TEMPLATE_CHARS = 64 * 1024
+MAX_INDEX_DIGITS = 9
+
+_INDEX_RE = re.compile(rf"[0-9]{{1,{MAX_INDEX_DIGITS}}}", re.ASCII)
 
 _MISSING = object()
 
@@ -38,14 +45,47 @@ def check_template(template: str) -> list[str]:
     """Validate ``template`` and return its placeholder paths, in order.
 
     Raises:
-        TemplateError: unbalanced braces, an empty placeholder or segment, or a
-            template longer than :data:`MAX_TEMPLATE_CHARS`.
+        TemplateError: unbalanced braces, an empty placeholder or segment, a digit
+            that is not ASCII 0-9, or a template longer than :data:`MAX_TEMPLATE_CHARS`.
 
     Examples:
         >>> check_template("[{key}] {fields.summary} {{literal}}")
         ['key', 'fields.summary']
     """
-    return [part for is_field, part in _parse(template) if is_field]
+    paths = [part for is_field, part in _parse(template) if is_field]
+    for path in paths:
+        check_path(path)
+    return paths
+
+
+def check_path(path: str) -> list[str]:
+    """Validate a dotted path (``items_path``, ``id_field``…) and return its segments.
+
+    ``""`` (the root) is valid and has no segments.
+
+    Raises:
+        TemplateError: an empty segment, or a digit that is not ASCII 0-9.
+
+    Examples:
+        >>> check_path("data.items.0")
+        ['data', 'items', '0']
+    """
+    if path == "":
+        return []
+    segments = path.split(".")
+    for segment in segments:
+        _check_segment(segment, path)
+    return segments
+
+
+def _check_segment(segment: str, path: str) -> None:
+    if segment == "":
+        raise TemplateError(f"path {path!r} has an empty segment")
+    odd = next((c for c in segment if c.isdigit() and not c.isascii()), None)
+    if odd is not None:
+        raise TemplateError(
+            f"path {path!r} has the non-ASCII digit {odd!a}: list indexes are written 0-9"
+        )
 
 
 def render(template: str, item: Mapping[str, Any]) -> str:
@@ -98,7 +138,7 @@ def lookup(value: Any, path: str, default: Any = None) -> Any:
         if isinstance(current, Mapping):
             current = current.get(segment, _MISSING)
         elif isinstance(current, Sequence) and not isinstance(current, str | bytes):
-            if not segment.isdigit() or int(segment) >= len(current):
+            if not _INDEX_RE.fullmatch(segment) or int(segment) >= len(current):
                 return default
             current = current[int(segment)]
         else:

@@ -158,7 +158,8 @@ class Command(BaseCommand):
             now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"]
         )
         if opts["json"]:
-            return self._json(res.as_dict())
+            self._json(res.as_dict())
+            return self._fail_on_issues(res)
         self.stdout.write(f"{'plan' if opts['dry_run'] else 'applied'} ({res.source}):")
         for name in ("add", "replace", "remove", "keep", "kept_invalid"):
             ids = getattr(res, name)
@@ -167,6 +168,16 @@ class Command(BaseCommand):
             )
         for issue in res.issues:
             self.stderr.write(f"  rejected: {issue}")
+        self._fail_on_issues(res)
+
+    @staticmethod
+    def _fail_on_issues(res: services.ReloadResult) -> None:
+        """Exit non-zero when anything was rejected (the rest was applied)."""
+        if res.issues:
+            raise CommandError(
+                f"{len(res.issues)} problem(s) in {res.source}: the rejected jobs and agents "
+                "keep their last good definitions"
+            )
 
     def do_check(self, **opts: Any) -> None:
         from nexopoll.checks import run_checks

@@ -1,0 +1,42 @@
+"""webhook_poll's config takes only YAML types: a quoted bool or number is an error at load."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from nexopoll.core.config import load_config
+from pollers.webhook_poll import WebhookPollPoller
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("allow_private_networks", '"false"'),
+        ("allow_private_networks", "0"),
+        ("allow_private_networks", '"${FALSE}"'),
+        ("max_per_tick", '"5"'),
+        ("max_per_tick", "true"),
+        ("seen_capacity", '"100"'),
+        ("max_bytes", "1.0"),
+        ("timeout_secs", '"5"'),
+    ],
+)
+def test_quoted_values_are_not_coerced(field, value):
+    text = (
+        "pollers:\n  jobs:\n    - id: j\n      kind: webhook_poll\n      agent: a\n"
+        "      schedule: {every_secs: 60}\n      config:\n"
+        "        url: https://api.example/items\n"
+        "        deliver: {channel: log, to: ops}\n"
+        f"        {field}: {value}\n"
+    )
+    cfg = load_config(
+        text, source="p.yaml", env={"FALSE": "false"}, now=NOW,
+        validators={"webhook_poll": WebhookPollPoller().validate},
+    )  # fmt: skip
+    assert cfg.jobs == {}
+    [issue] = cfg.issues
+    assert (issue.path, issue.line) == (f"jobs[j].config.{field}", 10)
