@@ -62,9 +62,10 @@ from pydantic import (
     field_validator,
 )
 
+from nexopoll.core.config.model import DeliverTargetModel
 from nexopoll.core.contract import PollContext, Poller, TickAck
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
-from nexopoll.core.templates import TemplateError, check_template, lookup, render
+from nexopoll.core.templates import TemplateError, check_path, check_template, lookup, render
 from nexopoll.net import http
 from nexopoll.net.urls import InvalidURLError, checked_url
 
@@ -99,23 +100,14 @@ NON_SECRET_HEADERS = frozenset(
 _RESERVED_HEADERS = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 )
-_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", re.ASCII)
 _MISSING = object()
 
 FetchFn = Callable[..., http.Response]
 
 
-class DeliverTarget(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    channel: str = Field(min_length=1, max_length=64)
-    to: str = Field(min_length=1, max_length=512)
-
-    @field_validator("to", mode="before")
-    @classmethod
-    def _int_recipient(cls, value: Any) -> Any:
-        # Telegram chat ids are often written unquoted in YAML.
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+# the shared {channel, to} target: sized to the outbox's columns, no control characters
+DeliverTarget = DeliverTargetModel
 
 
 class WebhookPollConfig(BaseModel):
@@ -159,7 +151,7 @@ class WebhookPollConfig(BaseModel):
     @classmethod
     def _valid_headers(cls, value: dict[str, str]) -> dict[str, str]:
         for name, text in value.items():
-            if not _HEADER_NAME_RE.match(name):
+            if not _HEADER_NAME_RE.fullmatch(name):
                 raise ValueError(f"header name {name[:64]!r} is not a valid HTTP token")
             if name.lower() in _RESERVED_HEADERS:
                 raise ValueError(f"header {name!r} is set by the HTTP layer and cannot be set")
@@ -179,8 +171,10 @@ class WebhookPollConfig(BaseModel):
     @field_validator("items_path", "id_field")
     @classmethod
     def _dotted_path(cls, value: str) -> str:
-        if value and "" in value.split("."):
-            raise ValueError("dotted path has an empty segment")
+        try:
+            check_path(value)
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("body")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from nexopoll.core.config import load_config
+from nexopoll.core.errors import ConfigError
 from pollers.webhook_poll import WebhookPollPoller
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -40,3 +41,19 @@ def test_quoted_values_are_not_coerced(field, value):
     assert cfg.jobs == {}
     [issue] = cfg.issues
     assert (issue.path, issue.line) == (f"jobs[j].config.{field}", 10)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"deliver": {"channel": "log", "to": "x" * 501}},  # the outbox column holds 500
+        {"deliver": {"channel": "log", "to": "ops\n"}},
+        {"headers": {"X-Name\n": "v"}},
+        {"items_path": "data.\uff11"},  # a fullwidth digit
+        {"id_field": "a..b"},
+    ],
+)
+def test_webhook_poll_rejects_what_the_runtime_could_not_store_or_send(patch):
+    cfg = {"url": "https://api.example.com/x", "deliver": {"channel": "log", "to": "ops"}}
+    with pytest.raises(ConfigError):
+        WebhookPollPoller().validate({**cfg, **patch})
