@@ -7,7 +7,8 @@ about 1 GB. So a document that declares anything in a DTD is refused before any
 parser sees it:
 
 1. **Decode here, once.** The encoding comes from a BOM (UTF-8, UTF-16 LE/BE,
-   UTF-32 LE/BE), else the byte pattern of ``<?xm`` in UTF-16/32 or EBCDIC, else
+   UTF-32 LE/BE), else the NUL pattern of the first characters (UTF-16/32
+   without a BOM) or ``<?xm`` in EBCDIC, else
    the XML declaration, else the HTTP ``charset``, else UTF-8 (windows-1252 when
    that fails).
 2. **Scan the text.** ``<!ENTITY`` (any case, any spacing) and a ``<!DOCTYPE``
@@ -37,13 +38,15 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16-be"),
     (codecs.BOM_UTF16_LE, "utf-16-le"),
 )
-_MARKERS = (  # "<?xm" / "<" without a BOM (XML 1.0, appendix F)
-    (b"\x00\x00\x00<", "utf-32-be"),
-    (b"<\x00\x00\x00", "utf-32-le"),
-    (b"\x00<\x00?", "utf-16-be"),
-    (b"<\x00?\x00", "utf-16-le"),
-    (b"\x4c\x6f\xa7\x94", "cp037"),
+# Without a BOM, the NUL pattern of the first two ASCII characters (XML 1.0, appendix F,
+# generalised from "<?" to any character) tells UTF-32 and UTF-16 and their byte order.
+_WIDE_PATTERNS = (
+    ((0, 0, 0, 1), "utf-32-be"),
+    ((1, 0, 0, 0), "utf-32-le"),
+    ((0, 1, 0, 1), "utf-16-be"),
+    ((1, 0, 1, 0), "utf-16-le"),
 )
+_EBCDIC = b"\x4c\x6f\xa7\x94"  # "<?xm" in cp037
 _WIDE = ("utf-16", "utf-32", "utf_16", "utf_32")
 _DECL_ENCODING = re.compile(
     rb"""^\s*<\?xml\s[^>]{0,200}?\bencoding\s*=\s*["']([A-Za-z0-9._:-]{1,40})"""
@@ -63,9 +66,13 @@ def sniff_encoding(body: bytes, http_charset: str | None = None) -> tuple[str, i
     for bom, name in _BOMS:
         if body.startswith(bom):
             return name, len(bom)
-    for marker, name in _MARKERS:
-        if body.startswith(marker):
-            return name, 0
+    if len(body) >= 4:
+        shape = tuple(int(b != 0) for b in body[:4])
+        for pattern, name in _WIDE_PATTERNS:
+            if shape == pattern:
+                return name, 0
+    if body.startswith(_EBCDIC):
+        return "cp037", 0
     match = _DECL_ENCODING.match(body[:512])
     for candidate in (match.group(1).decode("ascii") if match else None, http_charset):
         name = _text_codec(candidate)
