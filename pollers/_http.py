@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from types import MappingProxyType
 
 from nexopoll.net import http
 
@@ -46,16 +47,20 @@ MAX_VALIDATOR_CHARS = 1024
 _MAX_AGE_RE = re.compile(r"(?:^|[,\s])max-age\s*=\s*\"?(\d{1,10})\"?", re.IGNORECASE)
 _NO_CACHE_RE = re.compile(r"(?:^|[,\s])(?:no-store|no-cache)\b", re.IGNORECASE)
 
-_PERMANENT = {
-    401: "{what} needs credentials (401): check the URL's token or the server's access rules",
-    403: "{what} access forbidden (403): check the URL's token or the server's access rules",
-    404: "{what} not found (404): fix the URL",
-    410: "{what} gone (410): remove or fix the URL",
-}
-_TRANSIENT = {
-    408: "{what} server timed out reading the request (408): will retry",
-    429: "{what} server is rate limiting (429): will retry later",
-}
+_PERMANENT = MappingProxyType(
+    {
+        401: "{what} needs credentials (401): check the URL's token or the server's access rules",
+        403: "{what} access forbidden (403): check the URL's token or the server's access rules",
+        404: "{what} not found (404): fix the URL",
+        410: "{what} gone (410): remove or fix the URL",
+    }
+)
+_TRANSIENT = MappingProxyType(
+    {
+        408: "{what} server timed out reading the request (408): will retry",
+        429: "{what} server is rate limiting (429): will retry later",
+    }
+)
 
 
 class StatusPermanentError(http.PermanentHTTPError):

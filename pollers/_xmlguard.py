@@ -53,7 +53,10 @@ _DECL_ENCODING = re.compile(
 )
 _DECL = re.compile(r"^\s*<\?xml\s[^>]{0,400}>")
 _DANGER = re.compile(r"<!\s*(ENTITY|DOCTYPE)", re.IGNORECASE)
-_NAME_START = re.compile(r"<[A-Za-z_:\u00c0-\uffff]")
+_DECL_SPECIAL = re.compile(r"[\"'\[\]>]")
+MAX_DOCTYPE_CHARS = 4096
+MAX_PROLOG_PARTS = 10_000
+_PROLOG_PART = re.compile(r"<[?!A-Za-z_:\u00c0-\uffff]")  # a "<" that is not junk text
 _FEEDPARSER_HEAD = re.compile(r"<[A-Za-z0-9_]")  # feedparser's own end-of-prolog guess
 
 
@@ -106,16 +109,22 @@ def decode(body: bytes, http_charset: str | None = None) -> str:
 def check(text: str) -> None:
     """Refuse entity declarations and DTD internal subsets (see the module docstring).
 
+    Linear in the document's length, whatever it holds.
+
     Raises:
         HostileFeedError: naming what was found.
     """
     root = root_start(text)
     fp_head = _FEEDPARSER_HEAD.search(text)
     raw_until = max(root, fp_head.end() if fp_head else len(text))
+    spans = _cdata_spans(text, root)
+    span = 0
     for match in _DANGER.finditer(text):
         pos = match.start()
-        if pos >= raw_until and _inside_cdata(text, root, pos):
-            continue
+        while span < len(spans) and spans[span][1] <= pos:
+            span += 1
+        if pos >= raw_until and span < len(spans) and spans[span][0] < pos:
+            continue  # inside a CDATA section of the document's body: text, not markup
         if match.group(1).upper() == "ENTITY":
             raise HostileFeedError(
                 "feed refused: it declares an XML entity (<!ENTITY>), which can expand "
@@ -123,8 +132,8 @@ def check(text: str) -> None:
             )
         if _has_internal_subset(text, match.end()):
             raise HostileFeedError(
-                "feed refused: its <!DOCTYPE> has an internal subset ([...]); only a plain "
-                "DOCTYPE without declarations is accepted"
+                "feed refused: its <!DOCTYPE> has an internal subset ([...]) or does not "
+                f"close within {MAX_DOCTYPE_CHARS} characters; only a plain DOCTYPE is accepted"
             )
 
 
@@ -133,12 +142,16 @@ def root_start(text: str) -> int:
 
     Whitespace, ``<?…?>``, ``<!--…-->`` and ``<!…>`` declarations are skipped;
     stray text (a PHP warning, say) is skipped up to the next ``<``.
+
+    Raises:
+        HostileFeedError: more than :data:`MAX_PROLOG_PARTS` parts before the root.
     """
     pos, n = 0, len(text)
-    while pos < n:
-        lt = text.find("<", pos)
-        if lt < 0:
+    for _ in range(MAX_PROLOG_PARTS):
+        found = _PROLOG_PART.search(text, pos)
+        if found is None:
             return n
+        lt = found.start()
         if text.startswith("<?", lt):
             end = text.find("?>", lt + 2)
             pos = n if end < 0 else end + 2
@@ -147,57 +160,67 @@ def root_start(text: str) -> int:
             pos = n if end < 0 else end + 3
         elif text.startswith("<!", lt):
             pos = _declaration_end(text, lt + 2)
-        elif _NAME_START.match(text, lt):
-            return lt
         else:
-            pos = lt + 1
-    return n
+            return lt
+        if pos >= n:
+            return n
+    raise HostileFeedError(
+        f"feed refused: more than {MAX_PROLOG_PARTS} parts before the root element"
+    )
 
 
 def _declaration_end(text: str, pos: int) -> int:
     """Index just past the ``>`` closing a ``<!…>`` declaration (quotes and ``[]`` aware)."""
-    depth, quote, n = 0, "", len(text)
+    depth, n = 0, len(text)
     while pos < n:
-        ch = text[pos]
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
+        match = _DECL_SPECIAL.search(text, pos)
+        if match is None:
+            return n
+        ch, pos = match.group(), match.end()
+        if ch in "\"'":
+            close = text.find(ch, pos)
+            pos = n if close < 0 else close + 1
         elif ch == "[":
             depth += 1
         elif ch == "]":
             depth = max(0, depth - 1)
-        elif ch == ">" and depth == 0:
-            return pos + 1
-        pos += 1
+        elif depth == 0:  # ">"
+            return pos
     return n
 
 
 def _has_internal_subset(text: str, pos: int) -> bool:
-    quote, n = "", len(text)
-    while pos < n:
-        ch = text[pos]
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
+    """True if the DOCTYPE starting before ``pos`` opens ``[`` or runs on too long."""
+    window = text[pos : pos + MAX_DOCTYPE_CHARS]
+    i = 0
+    while True:
+        match = _DECL_SPECIAL.search(window, i)
+        if match is None:
+            return len(window) == MAX_DOCTYPE_CHARS  # no ">" in sight: refuse
+        ch, i = match.group(), match.end()
+        if ch in "\"'":
+            close = window.find(ch, i)
+            if close < 0:
+                return len(window) == MAX_DOCTYPE_CHARS
+            i = close + 1
         elif ch == "[":
             return True
         elif ch == ">":
             return False
-        pos += 1
-    return False
 
 
-def _inside_cdata(text: str, root: int, pos: int) -> bool:
-    """True when ``pos`` (after the root start) lies inside a ``<![CDATA[ … ]]>`` section."""
-    opened = text.rfind("<![CDATA[", root, pos)
-    if opened < 0:
-        return False
-    closed = text.find("]]>", opened + 9, pos)
-    return closed < 0
+def _cdata_spans(text: str, start: int) -> list[tuple[int, int]]:
+    """``(open, close)`` of each ``<![CDATA[ … ]]>`` section from ``start`` on, in order."""
+    spans = []
+    pos = start
+    while True:
+        opened = text.find("<![CDATA[", pos)
+        if opened < 0:
+            return spans
+        closed = text.find("]]>", opened + 9)
+        end = len(text) if closed < 0 else closed + 3
+        spans.append((opened, end))
+        pos = end
 
 
 def sanitize(body: bytes, http_charset: str | None = None) -> bytes:

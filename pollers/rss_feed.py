@@ -14,6 +14,7 @@ import io
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urljoin
 
@@ -25,13 +26,15 @@ from . import _xmlguard
 
 TEMPLATE_FIELDS = ("id", "title", "link", "summary", "published", "author", "tags", "feed_title")
 MAX_FEED_HINT = timedelta(days=7)
-_SY_PERIODS = {
-    "hourly": timedelta(hours=1),
-    "daily": timedelta(days=1),
-    "weekly": timedelta(weeks=1),
-    "monthly": timedelta(days=30),
-    "yearly": timedelta(days=365),
-}
+_SY_PERIODS = MappingProxyType(
+    {
+        "hourly": timedelta(hours=1),
+        "daily": timedelta(days=1),
+        "weekly": timedelta(weeks=1),
+        "monthly": timedelta(days=30),
+        "yearly": timedelta(days=365),
+    }
+)
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([A-Za-z0-9._:-]{1,40})", re.IGNORECASE)
 
 

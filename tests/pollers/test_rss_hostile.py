@@ -201,3 +201,24 @@ def test_the_http_charset_decodes_a_document_that_declares_none() -> None:
     doc = '<rss version="2.0"><channel><title>Café</title></channel></rss>'.encode("latin-1")
     assert parse_feed(doc, charset="iso-8859-1").title == "Café"
     assert parse_feed(doc).title == "Café"  # not UTF-8: windows-1252 as the fallback
+
+
+@pytest.mark.parametrize(
+    ("doc", "refused"),
+    [
+        ("<rss><![CDATA[" + "<!DOCTYPE x " * 400_000 + "]]></rss>", False),  # 4.8 MB in CDATA
+        ("<rss>" + "<!DOCTYPE " * 500_000 + "</rss>", True),  # never closes
+        ("<" * 5_000_000 + "<rss/>", False),  # junk before the root
+        ("<?a?>" * 1_000_000 + "<rss/>", True),  # a million prolog parts
+        ("<!-- x -->" * 20_000 + "<rss/>", True),
+        ("<rss><![CDATA[" + "<![CDATA[<!ENTITY " * 250_000 + "]]></rss>", False),
+    ],
+)
+def test_the_scan_is_linear_on_adversarial_documents(doc, refused) -> None:
+    started = time.monotonic()
+    if refused:
+        with pytest.raises(HostileFeedError):
+            check(doc)
+    else:
+        check(doc)
+    assert time.monotonic() - started < 1.5
