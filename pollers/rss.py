@@ -20,9 +20,11 @@ Behaviour:
 - **Order.** New entries go out oldest first (by date when every entry has one,
   else the reverse of document order, feeds listing newest first).
 - **Cursor** ``{"v": 1, "seen": [...], "etag": ..., "last_modified": ...,
-  "feed_hint_secs": ...}``. The seen ring always keeps the ids of every seen
-  entry still in the feed, even past ``seen_capacity``, so a feed larger than
-  the ring never re-delivers; ids no longer in the feed are dropped first.
+  "feed_hint_secs": ...}``. As with webhook_poll, the seen ring grows to cover
+  the whole feed (never below ``seen_capacity``), never forgets an id the feed
+  still lists and does not shrink when the feed does (up to 10,000 ids), so a
+  feed larger than ``seen_capacity`` never re-delivers; ids no longer in the
+  feed are dropped first. A feed of more than 10,000 entries stops the job.
 - **Conditional GET.** The stored ETag / Last-Modified go out as
   ``If-None-Match`` / ``If-Modified-Since``; a 304 delivers nothing and keeps
   the cursor. Validators are stored only once no entry is held back by
@@ -59,6 +61,8 @@ from .webhook_poll import DeliverTarget
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 MAX_MAX_BYTES = 50 * 1024 * 1024
 MAX_ID_CHARS = 200
+MAX_FEED_ENTRIES = 10_000
+"""A feed with more entries stops the job (``PermanentError``) instead of looping."""
 CURSOR_VERSION = 1
 ACCEPT = (
     "application/rss+xml, application/atom+xml, application/rdf+xml;q=0.9, "
@@ -206,6 +210,11 @@ class RssPoller(Poller):
             base_url=resp.url,
         )  # fmt: skip
         ctx.cancel.raise_if_cancelled()
+        if len(feed.entries) > MAX_FEED_ENTRIES:
+            raise PermanentError(
+                f"the feed has {len(feed.entries)} entries, more than rss's hard cap of "
+                f"{MAX_FEED_ENTRIES}: use a feed URL that lists fewer entries"
+            )
         if feed.warning:
             ctx.host.log("warning", "rss.feed_not_well_formed", reason=feed.warning)
         first_skip = ctx.cursor is None and cfg.first_run == "skip"
@@ -219,8 +228,7 @@ class RssPoller(Poller):
         marked = [e.id for e in (feed.entries if first_skip else fresh)]
         etag, modified = _http.response_validators(resp.headers) if not backlog else (None, None)
         hint_secs = int(feed.hint.total_seconds()) if feed.hint else None
-        # A not-well-formed document may be cut short: its ring never shrinks below the last.
-        capacity = max(cfg.seen_capacity, len(cursor.seen)) if feed.warning else cfg.seen_capacity
+        capacity = ring_capacity(cfg.seen_capacity, len(feed.entries), len(cursor.seen))
         ring = remember(cursor.seen, [e.id for e in feed.entries], marked, capacity)
         nxt = RssCursor(tuple(ring), etag, modified, hint_secs)
         retry_after = http.parse_retry_after(_http.header(resp.headers, "Retry-After"), now=ctx.now)
@@ -263,13 +271,29 @@ def select_new(entries: list[Entry], seen: tuple[str, ...], limit: int) -> tuple
     return unseen[:limit], max(0, len(unseen) - limit)
 
 
+def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:
+    """How many ids the ring may hold after this tick (as webhook_poll's ring).
+
+    At least ``seen_capacity`` and the feed's ``listed`` entries, and not less than
+    the ``held`` ids it already has, up to ``max(seen_capacity, MAX_FEED_ENTRIES)``:
+    a feed that shrinks for a while (a truncated answer, a publisher trimming it)
+    does not make the ring forget ids the feed may list again.
+
+    Examples:
+        ``ring_capacity(1000, 1500, 0)`` → 1500; ``ring_capacity(1000, 20, 1500)``
+        → 1500; ``ring_capacity(1000, 20, 50_000)`` → 10,000.
+    """
+    return max(seen_capacity, listed, min(held, max(seen_capacity, MAX_FEED_ENTRIES)))
+
+
 def remember(
     seen: tuple[str, ...], feed_ids: list[str], marked: list[str], capacity: int
 ) -> list[str]:
     """The next seen ring: every known id still in the feed, then older ids up to ``capacity``.
 
-    Known ids in the feed are always kept, even past ``capacity`` (the feed, capped by
-    ``max_bytes``, bounds them): dropping one would deliver its entry again.
+    Known ids in the feed are always kept, even past ``capacity`` (which
+    :func:`ring_capacity` sizes to cover them anyway): dropping one would deliver its
+    entry again.
     """
     known = set(seen) | {seen_key(i) for i in marked}
     in_feed = list(dict.fromkeys(k for k in map(seen_key, feed_ids) if k in known))

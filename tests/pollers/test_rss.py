@@ -17,7 +17,7 @@ import pytest
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.net import http
 from pollers import BUILTINS
-from pollers.rss import RssConfig, RssCursor, RssPoller, remember
+from pollers.rss import MAX_FEED_ENTRIES, RssConfig, RssCursor, RssPoller, remember, ring_capacity
 from pollers.rss_feed import MalformedFeedError, parse_feed
 from tests.support.fakes import FakeHost, FakeResolver, make_context
 from tests.support.httpserver import TestHTTPServer, drip, reply
@@ -393,3 +393,31 @@ def test_a_truncated_response_neither_redelivers_nor_shrinks_the_ring(srv, polle
     site.set(full)
     per_tick, _ = ticks(poller, cfg, 1, cursor)
     assert per_tick == [[]]
+
+
+def test_a_feed_that_shrinks_for_a_while_is_not_forgotten(srv, poller) -> None:
+    full = rss(*[(f"p{i}", f"t{i}") for i in range(30, 0, -1)])
+    site = FeedSite(full, etag=False, last_modified=False)
+    srv.route("GET", "/feed.xml", site)
+    cfg = config(srv, max_per_tick=100, seen_capacity=5)
+    per_tick, cursor = ticks(poller, cfg, 1)
+    assert len(per_tick[0]) == 30
+    site.set(rss(("p30", "t30"), ("p29", "t29")))  # the publisher trims it, then restores it
+    per_tick, cursor = ticks(poller, cfg, 2, cursor)
+    assert per_tick == [[], []] and len(RssCursor.decode(cursor).seen) == 30
+    site.set(full)
+    per_tick, _ = ticks(poller, cfg, 1, cursor)
+    assert per_tick == [[]]
+
+
+def test_ring_capacity_follows_webhook_polls_rule() -> None:
+    assert ring_capacity(1000, 1500, 0) == 1500
+    assert ring_capacity(1000, 20, 1500) == 1500
+    assert ring_capacity(1000, 20, 50_000) == MAX_FEED_ENTRIES
+
+
+def test_a_feed_over_the_hard_cap_stops_the_job(srv, poller) -> None:
+    n = MAX_FEED_ENTRIES + 1
+    srv.route("GET", "/feed.xml", reply(200, rss(*[(f"p{i}", "t") for i in range(n, 0, -1)])))
+    with pytest.raises(PermanentError, match=f"the feed has {n} entries, more than rss's hard cap"):
+        run(poller, config(srv))
