@@ -10,8 +10,9 @@ from nexopoll.core.contract import Poller
 
 from .gmail import GmailPoller
 from .google_calendar import GoogleCalendarPoller
+from .rss import RssPoller
 from .webhook_poll import WebhookPollPoller
 
-BUILTINS: list[type[Poller]] = [WebhookPollPoller, GmailPoller, GoogleCalendarPoller]
+BUILTINS: list[type[Poller]] = [WebhookPollPoller, GmailPoller, GoogleCalendarPoller, RssPoller]
 
-__all__ = ["BUILTINS", "GmailPoller", "GoogleCalendarPoller", "WebhookPollPoller"]
+__all__ = ["BUILTINS", "GmailPoller", "GoogleCalendarPoller", "RssPoller", "WebhookPollPoller"]

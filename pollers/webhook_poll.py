@@ -41,6 +41,11 @@ Behaviour chosen where the seeds are silent:
   headers held secrets is no longer visible. Every configured header except a
   short list of plainly non-secret ones (Accept, Accept-Language, Content-Type,
   User-Agent, Cache-Control) is dropped when a redirect changes the origin.
+- **Conditional GET** (method GET only): the ETag / Last-Modified of the last
+  fully delivered answer go out as ``If-None-Match`` / ``If-Modified-Since``
+  (unless ``headers`` sets either itself); a 304 delivers nothing and keeps the
+  cursor. While ``max_per_tick`` holds items back, no validators are stored, so
+  the next tick fetches in full.
 - **Status codes** follow :func:`nexopoll.net.http.classify_status`; a
   ``Retry-After`` on a successful answer becomes ``next_interval_hint``.
 """
@@ -69,9 +74,11 @@ from nexopoll.core.templates import TemplateError, check_path, check_template, l
 from nexopoll.net import http
 from nexopoll.net.urls import InvalidURLError, checked_url
 
+from . import _http
 from .webhook_seen import (
     MAX_LISTING,
     decode_cursor,
+    decode_validators,
     encode_cursor,
     remember,
     ring_capacity,
@@ -102,6 +109,7 @@ _RESERVED_HEADERS = frozenset(
 )
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", re.ASCII)
 _MISSING = object()
+_CONDITIONAL_HEADERS = frozenset({"if-none-match", "if-modified-since"})
 
 FetchFn = Callable[..., http.Response]
 
@@ -221,11 +229,18 @@ class WebhookPollPoller(Poller):
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)
         seen = decode_cursor(ctx.cursor)
+        etag, modified = decode_validators(ctx.cursor)
+        conditional = cfg.method == "GET" and not _CONDITIONAL_HEADERS & {
+            name.lower() for name in cfg.headers
+        }
+        headers = cfg.headers
+        if conditional:
+            headers = {**cfg.headers, **_http.conditional_headers(etag, modified)}
         ctx.cancel.raise_if_cancelled()
         resp = self._fetch(
             cfg.method,
             cfg.url,
-            headers=cfg.headers,
+            headers=headers,
             secret_headers=cfg.secret_headers,
             json=cfg.body if cfg.method == "POST" else None,
             allow_private=cfg.allow_private_networks,
@@ -259,8 +274,15 @@ class WebhookPollPoller(Poller):
         listed = listed_keys(items, cfg.id_field)
         capacity = ring_capacity(cfg.seen_capacity, len(listed), len(seen))
         next_seen = remember(seen, [ident for ident, _ in fresh], capacity, keep=listed)
+        # Validators are kept only once every listed item went out: a 304 must not
+        # hide the items max_per_tick held back.
+        backlog = not listed <= set(next_seen)
+        validators = (None, None)
+        if conditional and not backlog:
+            validators = _http.response_validators(resp.headers)
+        changed = next_seen != seen or validators != (etag, modified)
         return TickAck(
-            next_cursor=encode_cursor(next_seen) if next_seen != seen else None,
+            next_cursor=encode_cursor(next_seen, *validators) if changed else None,
             next_interval_hint=hint,
             items_seen=len(items),
             items_dispatched=len(fresh),

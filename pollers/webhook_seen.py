@@ -1,7 +1,8 @@
 """The seen-id ring of ``webhook_poll``: its cursor encoding, capacity and trimming.
 
-The cursor is ``{"v": 1, "seen": [...]}``, oldest id first. The ring covers the
-listing: see :func:`ring_capacity` and :func:`remember`.
+The cursor is ``{"v": 1, "seen": [...]}``, oldest id first, with ``etag`` /
+``last_modified`` beside it once an answer was fully delivered (conditional GET).
+The ring covers the listing: see :func:`ring_capacity` and :func:`remember`.
 """
 
 from __future__ import annotations
@@ -75,8 +76,36 @@ def decode_cursor(raw: bytes | None) -> list[str]:
     return seen
 
 
-def encode_cursor(seen: list[str]) -> bytes:
-    doc = {"v": CURSOR_VERSION, "seen": seen}
+def decode_validators(raw: bytes | None) -> tuple[str | None, str | None]:
+    """``(etag, last_modified)`` stored beside the ring for conditional GET, else Nones.
+
+    A cursor written before they existed has neither; a malformed value is ignored
+    (the next answer stores fresh ones).
+    """
+    if raw is None:
+        return None, None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    etag, modified = doc.get("etag"), doc.get("last_modified")
+    return (
+        etag if isinstance(etag, str) else None,
+        modified if isinstance(modified, str) else None,
+    )
+
+
+def encode_cursor(
+    seen: list[str], etag: str | None = None, last_modified: str | None = None
+) -> bytes:
+    """``{"v": 1, "seen": [...]}``, plus ``etag`` / ``last_modified`` when stored."""
+    doc: dict[str, object] = {"v": CURSOR_VERSION, "seen": seen}
+    if etag:
+        doc["etag"] = etag
+    if last_modified:
+        doc["last_modified"] = last_modified
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 

@@ -1,0 +1,323 @@
+"""``rss``: poll an RSS 0.9x / 1.0 / 2.0 or Atom feed and deliver every new entry once.
+
+Config (``pollers.yaml`` → ``jobs[].config``)::
+
+    feed_url: https://example.com/feed.xml   # http(s) only (no feed://, file://, paths)
+    max_per_tick: 5                    # 1..1000; the rest waits for the next tick
+    message_template: "{title}\\n{link}"
+    deliver: {channel: telegram, to: "1194292426"}
+    first_run: deliver                 # deliver | skip (mark what is there as seen)
+    allow_private_networks: false      # opt in to loopback / private targets
+    timeout_secs: 20                   # total deadline, <= 120
+    max_bytes: 5242880                 # body cap (wire and decoded), <= 50 MiB
+    seen_capacity: 1000                # ids remembered for dedup (at least the feed's size)
+
+Template fields: ``id``, ``title``, ``link``, ``summary``, ``published``
+(ISO 8601, UTC), ``author``, ``tags`` (comma-separated) and ``feed_title``.
+
+Behaviour:
+
+- **Order.** New entries go out oldest first (by date when every entry has one,
+  else the reverse of document order, feeds listing newest first).
+- **Cursor** ``{"v": 1, "seen": [...], "etag": ..., "last_modified": ...,
+  "feed_hint_secs": ...}``. As with webhook_poll, the seen ring grows to cover
+  the whole feed (never below ``seen_capacity``), never forgets an id the feed
+  still lists and does not shrink when the feed does (up to 10,000 ids), so a
+  feed larger than ``seen_capacity`` never re-delivers; ids no longer in the
+  feed are dropped first. A feed of more than 10,000 entries stops the job.
+- **Conditional GET.** The stored ETag / Last-Modified go out as
+  ``If-None-Match`` / ``If-Modified-Since``; a 304 delivers nothing and keeps
+  the cursor. Validators are stored only once no entry is held back by
+  ``max_per_tick``: while a backlog remains, the next tick fetches in full.
+- **Timing hints.** ``next_interval_hint`` is the longest of ``Retry-After``,
+  ``Cache-Control: max-age`` and the feed's ``<ttl>`` / ``sy:updatePeriod``
+  (the runtime caps it); while a backlog remains only ``Retry-After`` counts.
+- **Errors.** 401/403/404/410 pause the job with a message saying what to fix
+  ("feed gone (410): remove or fix the URL"); 408, 429, 5xx and timeouts are
+  retried. A malformed feed is a transient error; a feed declaring entities or
+  a DTD internal subset is refused unparsed (permanent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from nexopoll.core.contract import PollContext, Poller, TickAck
+from nexopoll.core.errors import ConfigError, PermanentError
+from nexopoll.core.templates import TemplateError, check_template, render
+from nexopoll.net import http
+
+from . import _http
+from .rss_feed import TEMPLATE_FIELDS, Entry, Feed, charset_of, parse_feed
+from .webhook_poll import DeliverTarget
+
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+MAX_MAX_BYTES = 50 * 1024 * 1024
+MAX_ID_CHARS = 200
+MAX_FEED_ENTRIES = 10_000
+"""A feed with more entries stops the job (``PermanentError``) instead of looping."""
+CURSOR_VERSION = 1
+ACCEPT = (
+    "application/rss+xml, application/atom+xml, application/rdf+xml;q=0.9, "
+    "application/xml;q=0.8, text/xml;q=0.8, */*;q=0.5"
+)
+
+FetchFn = Callable[..., http.Response]
+
+
+class RssConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    feed_url: str = Field(max_length=8192)
+    max_per_tick: int = Field(5, ge=1, le=1000)
+    message_template: str = "{title}\n{link}"
+    deliver: DeliverTarget
+    first_run: Literal["deliver", "skip"] = "deliver"
+    allow_private_networks: bool = False
+    timeout_secs: float = Field(20.0, gt=0, le=120, allow_inf_nan=False)
+    max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1, le=MAX_MAX_BYTES)
+    seen_capacity: int = Field(1000, ge=1, le=100_000)
+
+    @field_validator("feed_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        # The message never repeats the URL: its query may hold an expanded secret.
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme.lower() not in ("http", "https"):
+            raise ValueError(
+                "must be an http:// or https:// URL (feed://, file:// and paths refused)"
+            )
+        if not rest or rest[0] in "/?#" or any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError("must be an http(s) URL with a host and no whitespace")
+        return value
+
+    @field_validator("message_template")
+    @classmethod
+    def _valid_template(cls, value: str) -> str:
+        try:
+            paths = check_template(value)
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from None
+        unknown = sorted({p.split(".")[0] for p in paths} - set(TEMPLATE_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"unknown field(s) {', '.join(unknown)}; available: {', '.join(TEMPLATE_FIELDS)}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class RssCursor:
+    """What an rss job remembers between ticks (see the module docstring)."""
+
+    seen: tuple[str, ...] = ()
+    etag: str | None = None
+    last_modified: str | None = None
+    feed_hint_secs: int | None = None
+
+    def encode(self) -> bytes:
+        doc = {
+            "v": CURSOR_VERSION,
+            "seen": list(self.seen),
+            "etag": self.etag,
+            "last_modified": self.last_modified,
+            "feed_hint_secs": self.feed_hint_secs,
+        }
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> RssCursor:
+        """The cursor in ``raw``; the empty cursor for a first run.
+
+        Raises:
+            PermanentError: corrupt or of an unknown version (a reset re-baselines).
+        """
+        if raw is None:
+            return cls()
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise PermanentError("rss cursor is not valid JSON; reset the job") from None
+        version = doc.get("v") if isinstance(doc, dict) else None
+        if version != CURSOR_VERSION:
+            raise PermanentError(f"unsupported rss cursor version {version!r}; reset the job")
+        seen = doc.get("seen")
+        hint = doc.get("feed_hint_secs")
+        ok = (
+            isinstance(seen, list)
+            and all(isinstance(s, str) for s in seen)
+            and all(isinstance(doc.get(k), str | None) for k in ("etag", "last_modified"))
+            and (hint is None or (isinstance(hint, int) and not isinstance(hint, bool)))
+        )
+        if not ok:
+            raise PermanentError("rss cursor has invalid fields; reset the job")
+        return cls(tuple(seen), doc.get("etag"), doc.get("last_modified"), hint)
+
+    @property
+    def feed_hint(self) -> timedelta | None:
+        return timedelta(seconds=self.feed_hint_secs) if self.feed_hint_secs else None
+
+
+class RssPoller(Poller):
+    """Poll a feed; deliver each entry whose id was not seen before.
+
+    Args:
+        fetch: the HTTP call, :func:`nexopoll.net.http.fetch` by default. Tests
+            pass ``functools.partial(fetch, resolver=..., allow_addresses=...)``
+            to reach loopback fixtures through the real SSRF guard.
+
+    The instance holds no per-job state, so ticks may run concurrently in threads.
+    """
+
+    kind = "rss"
+    description = "Poll an RSS/Atom feed (conditional GET) and deliver new entries."
+
+    def __init__(self, fetch: FetchFn | None = None) -> None:
+        self._fetch: FetchFn = fetch or http.fetch
+
+    def parse_config(self, raw: dict[str, Any]) -> RssConfig:
+        """Validate ``raw`` (``${VAR}`` already expanded).
+
+        Raises:
+            ConfigError: with ``path`` naming the first bad field (``config.feed_url``).
+        """
+        try:
+            return RssConfig.model_validate(raw)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    def validate(self, config: dict[str, Any]) -> None:
+        self.parse_config(config)
+
+    def tick(self, ctx: PollContext) -> TickAck:
+        cfg = self.parse_config(ctx.config)
+        cursor = RssCursor.decode(ctx.cursor)
+        ctx.cancel.raise_if_cancelled()
+        resp = fetch_feed(self._fetch, cfg, cursor, cancel=ctx.cancel)
+        _http.check_status(resp.status, resp.headers, now=ctx.now, what="feed")
+        server_hint = _http.response_hint(resp.headers, now=ctx.now)
+        if resp.status == 304:  # the cheap tick: nothing parsed, nothing delivered
+            return TickAck(next_interval_hint=_http.longest(server_hint, cursor.feed_hint))
+        feed = parse_feed(
+            resp.body, charset=charset_of(_http.header(resp.headers, "Content-Type")),
+            base_url=resp.url,
+        )  # fmt: skip
+        ctx.cancel.raise_if_cancelled()
+        if len(feed.entries) > MAX_FEED_ENTRIES:
+            raise PermanentError(
+                f"the feed has {len(feed.entries)} entries, more than rss's hard cap of "
+                f"{MAX_FEED_ENTRIES}: use a feed URL that lists fewer entries"
+            )
+        if feed.warning:
+            ctx.host.log("warning", "rss.feed_not_well_formed", reason=feed.warning)
+        first_skip = ctx.cursor is None and cfg.first_run == "skip"
+        fresh, backlog = select_new(feed.entries, cursor.seen, cfg.max_per_tick)
+        if first_skip:  # a baseline: everything in the feed is marked seen, nothing sent
+            fresh, backlog = [], 0
+        for entry in fresh:
+            text = render(cfg.message_template, entry.fields)
+            payload = {"text": text, "item_id": entry.id, "job_id": ctx.job_id}
+            ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
+        marked = [e.id for e in (feed.entries if first_skip else fresh)]
+        etag, modified = _http.response_validators(resp.headers) if not backlog else (None, None)
+        hint_secs = int(feed.hint.total_seconds()) if feed.hint else None
+        capacity = ring_capacity(cfg.seen_capacity, len(feed.entries), len(cursor.seen))
+        ring = remember(cursor.seen, [e.id for e in feed.entries], marked, capacity)
+        nxt = RssCursor(tuple(ring), etag, modified, hint_secs)
+        retry_after = http.parse_retry_after(_http.header(resp.headers, "Retry-After"), now=ctx.now)
+        hint = retry_after if backlog else _http.longest(server_hint, nxt.feed_hint)
+        return TickAck(
+            next_cursor=nxt.encode() if nxt != cursor or ctx.cursor is None else None,
+            next_interval_hint=hint,
+            items_seen=len(feed.entries),
+            items_dispatched=len(fresh),
+        )
+
+
+def fetch_feed(
+    fetch: FetchFn, cfg: RssConfig, cursor: RssCursor, *, cancel: Any = None
+) -> http.Response:
+    """GET the feed through the shared HTTP layer, conditionally when validators are stored."""
+    headers = {"Accept": ACCEPT, **_http.conditional_headers(cursor.etag, cursor.last_modified)}
+    return fetch(
+        "GET",
+        cfg.feed_url,
+        headers=headers,
+        allow_private=cfg.allow_private_networks,
+        max_bytes=cfg.max_bytes,
+        deadline_secs=cfg.timeout_secs,
+        cancel=cancel,
+    )
+
+
+def select_new(entries: list[Entry], seen: tuple[str, ...], limit: int) -> tuple[list[Entry], int]:
+    """Up to ``limit`` unseen entries, oldest first, and how many more are held back."""
+    known = set(seen)
+    unseen: list[Entry] = []
+    for entry in reversed(entries):
+        key = seen_key(entry.id)
+        if key not in known:
+            known.add(key)
+            unseen.append(entry)
+    if unseen and all(e.published is not None for e in unseen):
+        unseen.sort(key=lambda e: e.published)  # type: ignore[arg-type, return-value]
+    return unseen[:limit], max(0, len(unseen) - limit)
+
+
+def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:
+    """How many ids the ring may hold after this tick (as webhook_poll's ring).
+
+    At least ``seen_capacity`` and the feed's ``listed`` entries, and not less than
+    the ``held`` ids it already has, up to ``max(seen_capacity, MAX_FEED_ENTRIES)``:
+    a feed that shrinks for a while (a truncated answer, a publisher trimming it)
+    does not make the ring forget ids the feed may list again.
+
+    Examples:
+        ``ring_capacity(1000, 1500, 0)`` → 1500; ``ring_capacity(1000, 20, 1500)``
+        → 1500; ``ring_capacity(1000, 20, 50_000)`` → 10,000.
+    """
+    return max(seen_capacity, listed, min(held, max(seen_capacity, MAX_FEED_ENTRIES)))
+
+
+def remember(
+    seen: tuple[str, ...], feed_ids: list[str], marked: list[str], capacity: int
+) -> list[str]:
+    """The next seen ring: every known id still in the feed, then older ids up to ``capacity``.
+
+    Known ids in the feed are always kept, even past ``capacity`` (which
+    :func:`ring_capacity` sizes to cover them anyway): dropping one would deliver its
+    entry again.
+    """
+    known = set(seen) | {seen_key(i) for i in marked}
+    in_feed = list(dict.fromkeys(k for k in map(seen_key, feed_ids) if k in known))
+    current = set(in_feed)
+    older = [k for k in seen if k not in current]
+    room = max(0, capacity - len(in_feed))
+    return (older[-room:] if room else []) + in_feed
+
+
+def seen_key(ident: str) -> str:
+    if len(ident) <= MAX_ID_CHARS:
+        return ident
+    return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = ".".join(["config", *(str(p) for p in err["loc"])])
+        problems.append((path, err["msg"].removeprefix("Value error, ")))
+    path, reason = problems[0]
+    if len(problems) > 1:
+        reason += "; also " + "; ".join(f"{p}: {m}" for p, m in problems[1:])
+    return ConfigError(reason, path=path)
+
+
+__all__ = ["Feed", "RssConfig", "RssCursor", "RssPoller", "fetch_feed", "parse_feed"]
