@@ -4,6 +4,10 @@ Each row is sent at least once; every attempt carries the row id as its
 idempotency key. Failures back off (``NEXOPOLL_DELIVERY_BASE_SECS`` doubling,
 capped at 5 min, ``Retry-After`` honoured) up to ``NEXOPOLL_DELIVERY_MAX_ATTEMPTS``,
 after which the row is dead-lettered (status ``dead``) and logged.
+
+Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
+worker whose own clock runs ahead cannot take a row another worker is sending.
+The ``clock`` a caller passes still decides when a row is due and its backoff.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from nexopoll.channels import OutboundMessage, get_channel
 from nexopoll.core.breaker import backoff_delay
@@ -28,6 +33,7 @@ from ..models import Agent, Delivery, DeliveryStatus
 log = logging.getLogger("nexopoll.delivery")
 
 CLAIM_SECS = 90
+CLAIM = timedelta(seconds=CLAIM_SECS)
 SEND_DEADLINE_SECS = 30.0
 SWEEP_GRACE = timedelta(seconds=5)
 
@@ -54,22 +60,38 @@ def deliver_rows(
     return outcomes
 
 
-def deliver_one(delivery_id: str, *, now: datetime) -> str:
-    claimed = (
+def live_claim() -> Q:
+    """Rows nobody is sending now: no claim, or one that ran out by the DB's clock."""
+    return Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+
+
+def claim(delivery_id: str, *, now: datetime) -> bool:
+    """Take the row for one attempt (counted), if it is pending, due and unclaimed.
+
+    The claim's expiry is written and compared by the DB (``Now()`` is the DB's
+    ``CURRENT_TIMESTAMP``): a worker's skewed clock cannot shorten another's claim.
+    """
+    return bool(
         Delivery.objects.filter(
+            live_claim(),
             id=delivery_id,
             status=DeliveryStatus.PENDING,
             next_attempt_at__lte=now,
             # a row whose send kills its worker never reaches _failed: cap it here too
             attempts__lt=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
+        ).update(
+            claimed_until=Now() + CLAIM,
+            attempts=F("attempts") + 1,
         )
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .update(claimed_until=now + timedelta(seconds=CLAIM_SECS), attempts=F("attempts") + 1)
     )
-    if not claimed:
+
+
+def deliver_one(delivery_id: str, *, now: datetime) -> str:
+    if not claim(delivery_id, now=now):
         return "skipped"
     row = Delivery.objects.get(id=delivery_id)
     raw_binding = _raw_binding(row.agent, row.channel)
+    secrets = secret_values(raw_binding, os.environ)
     try:
         channel = get_channel(row.channel)
         binding = expand_env(raw_binding, os.environ, path=f"agents.{row.agent}.{row.channel}")
@@ -87,8 +109,8 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
             deadline_secs=SEND_DEADLINE_SECS,
         )
     except Exception as exc:
-        return _failed(row, exc, now=now, secrets=secret_values(raw_binding, os.environ))
-    Delivery.objects.filter(id=row.id).update(
+        return _failed(row, exc, now=now, secrets=secrets)
+    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
         status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
     )
     return "sent"
@@ -103,7 +125,7 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[
     message = redact((str(exc) or type(exc).__name__)[:2000], secrets)
     permanent = classify(exc) is not ErrorClass.TRANSIENT or isinstance(exc, PermanentError)
     if permanent or row.attempts >= settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS:
-        Delivery.objects.filter(id=row.id).update(
+        Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
             status=DeliveryStatus.DEAD, claimed_until=None, last_error=message
         )
         log.error(
@@ -123,7 +145,7 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         delay = max(delay, min(retry_after, timedelta(hours=1)))
-    Delivery.objects.filter(id=row.id).update(
+    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
         next_attempt_at=now + delay, claimed_until=None, last_error=message
     )
     log.warning(
@@ -142,11 +164,11 @@ def due_rows(*, now: datetime, limit: int = 500) -> list[str]:
     """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period."""
     qs = (
         Delivery.objects.filter(
+            live_claim(),
             status=DeliveryStatus.PENDING,
             next_attempt_at__lte=now,
             created_at__lte=now - SWEEP_GRACE,
         )
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .order_by("next_attempt_at")
         .values_list("id", flat=True)[:limit]
     )
@@ -171,7 +193,7 @@ def dead_letter_exhausted(*, now: datetime) -> int:
     n = Delivery.objects.filter(
         status=DeliveryStatus.PENDING,
         attempts__gte=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
-        claimed_until__lt=now,
+        claimed_until__lt=Now(),
     ).update(status=DeliveryStatus.DEAD, last_error="no outcome after the last attempt")
     if n:
         log.error("delivery.dead rows=%s: attempts exhausted without an outcome", n)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from nexopoll.models import Delivery
@@ -153,3 +154,30 @@ def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(cfg, redis_c
     from nexopoll.models import Agent
 
     assert "tok-CANARY-123" not in repr(list(Agent.objects.values()))
+
+
+def hang_up_after_reading(req):
+    """A receiver that reads (and records) the whole request, then closes without a reply."""
+    return lambda raw: None
+
+
+def test_response_lost_after_the_receiver_processed_is_resent_under_the_same_id(
+    cfg, redis_client
+):
+    """RELIABILITY row 20: the receiver got the POST but its answer never arrived."""
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", sequence(hang_up_after_reading, 200))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        assert send([row_id], NOW) == {row_id: "retry"}
+        row = Delivery.objects.get(id=row_id)
+        assert row.status == "pending" and row.last_error  # the lost answer is an error
+        assert send([row_id], row.next_attempt_at) == {row_id: "sent"}
+        assert hook.hits("/hook") == 2
+        ids = [r.header("X-Nexopoll-Delivery-Id") for r in hook.requests]
+        bodies = {json.loads(r.body)["delivery_id"] for r in hook.requests}
+        assert ids == [row_id, row_id] and bodies == {row_id}
+        row = Delivery.objects.get(id=row_id)
+        assert (row.status, row.attempts, row.last_error) == ("sent", 2, "")
+        # sent once: nothing sends it again, however late
+        assert send([row_id], NOW + timedelta(days=1)) == {row_id: "skipped"}
+        assert hook.hits("/hook") == 2
