@@ -121,6 +121,7 @@ def reload_config(
         PollState.objects.filter(job_id__in=res.remove).update(definition_hash="")
         changed = res.add + res.replace
         transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now))
+        transaction.on_commit(lambda: _retry_held(now=now))
     res.applied = True
     log.info(
         "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s",
@@ -300,3 +301,15 @@ def job_pending(job_id: str) -> int:
     from .models import Delivery
 
     return Delivery.objects.filter(job_id=job_id, status="pending").count()
+
+
+# --- outbox -----------------------------------------------------------------------
+def _retry_held(*, now: datetime) -> None:
+    """After a reload, held rows go back to pending and are queued (what the reload did
+    not fix holds them again at once)."""
+    from .runtime import outbox
+
+    try:
+        outbox.retry_held_after_reload(now=now)
+    except Exception as exc:
+        log.warning("reload.held_retry_failed: %s; the sweeper retries held rows", exc)

@@ -5,6 +5,13 @@ idempotency key. Failures back off (``NEXOPOLL_DELIVERY_BASE_SECS`` doubling,
 capped at 5 min, ``Retry-After`` honoured) up to ``NEXOPOLL_DELIVERY_MAX_ATTEMPTS``,
 after which the row is dead-lettered (status ``dead``) and logged.
 
+A configuration problem found at send time — an unknown channel, an agent or
+binding a reload removed, a ``${VAR}`` the worker's environment lacks, a channel
+raising ``ConfigError`` or ``CredentialsMissingError`` — is no failure of the row:
+the row is **held** (status ``held``, the reason in ``last_error``, the attempt not
+counted) and goes back to pending after the next reload, or by itself after
+:data:`HOLD_RETRY` (see :mod:`nexopoll.runtime.outbox`).
+
 Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
 worker whose own clock runs ahead cannot take a row another worker is sending.
 The ``clock`` a caller passes still decides when a row is due and its backoff.
@@ -25,7 +32,13 @@ from django.db.models.functions import Now
 from nexopoll.channels import OutboundMessage, get_channel
 from nexopoll.core.breaker import backoff_delay
 from nexopoll.core.config import expand_env
-from nexopoll.core.errors import ErrorClass, PermanentError, classify
+from nexopoll.core.errors import (
+    ConfigError,
+    CredentialsMissingError,
+    ErrorClass,
+    PermanentError,
+    classify,
+)
 from nexopoll.core.redact import redact, secret_values
 
 from ..models import Agent, Delivery, DeliveryStatus
@@ -36,6 +49,8 @@ CLAIM_SECS = 90
 CLAIM = timedelta(seconds=CLAIM_SECS)
 SEND_DEADLINE_SECS = 30.0
 SWEEP_GRACE = timedelta(seconds=5)
+# a held row is tried again after this long even without a reload (a worker's env fixed)
+HOLD_RETRY = timedelta(minutes=5)
 
 
 BATCH_BUDGET_SECS = 60.0
@@ -44,7 +59,7 @@ BATCH_BUDGET_SECS = 60.0
 def deliver_rows(
     ids: list[str], *, clock: Callable[[], datetime], budget_secs: float = BATCH_BUDGET_SECS
 ) -> dict[str, str]:
-    """Try to send each row; return id → outcome (sent | retry | dead | skipped | deferred).
+    """Try to send each row; return id → outcome (sent | retry | dead | held | skipped | deferred).
 
     The clock is read per row (a claim or a backoff must not start from a time
     taken before a slow send). Rows left when ``budget_secs`` is spent are
@@ -70,6 +85,7 @@ def claim(delivery_id: str, *, now: datetime) -> bool:
 
     The claim's expiry is written and compared by the DB (``Now()`` is the DB's
     ``CURRENT_TIMESTAMP``): a worker's skewed clock cannot shorten another's claim.
+    Taking the row also consumes its queued message (``enqueued_at`` cleared).
     """
     return bool(
         Delivery.objects.filter(
@@ -82,6 +98,7 @@ def claim(delivery_id: str, *, now: datetime) -> bool:
         ).update(
             claimed_until=Now() + CLAIM,
             attempts=F("attempts") + 1,
+            enqueued_at=None,
         )
     )
 
@@ -90,7 +107,8 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
     if not claim(delivery_id, now=now):
         return "skipped"
     row = Delivery.objects.get(id=delivery_id)
-    raw_binding = _raw_binding(row.agent, row.channel)
+    agent_bindings = _agent_bindings(row.agent)
+    raw_binding = (agent_bindings or {}).get(row.channel, {})
     secrets = secret_values(raw_binding, os.environ)
     try:
         channel = get_channel(row.channel)
@@ -108,6 +126,11 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
             binding,
             deadline_secs=SEND_DEADLINE_SECS,
         )
+    except (ConfigError, CredentialsMissingError) as exc:
+        reason = str(exc) or type(exc).__name__
+        if agent_bindings is None:
+            reason = f"agent {row.agent!r} is not declared (removed by a reload?): {reason}"
+        return _held(row, reason, now=now, secrets=secrets)
     except Exception as exc:
         return _failed(row, exc, now=now, secrets=secrets)
     Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
@@ -116,9 +139,30 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
     return "sent"
 
 
-def _raw_binding(agent: str, channel: str) -> dict:
-    bindings = Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first() or {}
-    return bindings.get(channel, {})
+def _agent_bindings(agent: str) -> dict | None:
+    """The agent's raw bindings, or None when no agent of that id is declared (any more)."""
+    return Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first()
+
+
+def _held(row: Delivery, reason: str, *, now: datetime, secrets: frozenset[str]) -> str:
+    """Keep the row for after the configuration is fixed; the attempt does not count."""
+    message = redact(reason[:2000], secrets)
+    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
+        status=DeliveryStatus.HELD,
+        attempts=F("attempts") - 1,
+        claimed_until=None,
+        next_attempt_at=now + HOLD_RETRY,
+        last_error=message,
+    )
+    log.warning(
+        "delivery.held id=%s job=%s channel=%s reason=%s: fix pollers.yaml or the worker's "
+        "environment; held rows are retried after a reload",
+        row.id,
+        row.job_id,
+        row.channel,
+        message,
+    )
+    return "held"
 
 
 def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[str]) -> str:
