@@ -205,10 +205,12 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[
 
 
 def due_rows(*, now: datetime, limit: int = 500) -> list[str]:
-    """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period."""
+    """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period,
+    and with no deliver message queued for them less than :func:`requeue_after` ago."""
     qs = (
         Delivery.objects.filter(
             live_claim(),
+            Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=Now() - requeue_after()),
             status=DeliveryStatus.PENDING,
             next_attempt_at__lte=now,
             created_at__lte=now - SWEEP_GRACE,
@@ -217,6 +219,14 @@ def due_rows(*, now: datetime, limit: int = 500) -> list[str]:
         .values_list("id", flat=True)[:limit]
     )
     return [str(i) for i in qs]
+
+
+def requeue_after() -> timedelta:
+    """How long a published deliver message is trusted to arrive before the sweeper
+    queues its row again: past the broker's visibility timeout (an unacked message of
+    a dead worker comes back by then), so only a message Redis lost is replaced."""
+    vt = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
+    return timedelta(seconds=float(vt) + 60)
 
 
 def soonest_retry(ids: list[str], *, now: datetime) -> float | None:

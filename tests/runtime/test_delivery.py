@@ -161,9 +161,7 @@ def hang_up_after_reading(req):
     return lambda raw: None
 
 
-def test_response_lost_after_the_receiver_processed_is_resent_under_the_same_id(
-    cfg, redis_client
-):
+def test_response_lost_after_the_receiver_processed_is_resent_under_the_same_id(cfg, redis_client):
     """RELIABILITY row 20: the receiver got the POST but its answer never arrived."""
     with TestHTTPServer() as hook:
         hook.route("POST", "/hook", sequence(hang_up_after_reading, 200))

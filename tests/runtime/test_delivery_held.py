@@ -191,9 +191,7 @@ def test_a_held_row_is_retried_periodically_without_a_reload(cfg, redis_client, 
         assert hook.requests[0].header("X-Nexopoll-Signature").startswith("sha256=")
 
 
-def test_a_transient_failure_is_still_retried_and_a_permanent_one_still_dead(
-    cfg, redis_client
-):
+def test_a_transient_failure_is_still_retried_and_a_permanent_one_still_dead(cfg, redis_client):
     """Holding is for configuration problems only: the receiver's own answers keep their
     classes."""
     with TestHTTPServer() as hook:
