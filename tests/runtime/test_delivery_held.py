@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
+from nexopoll import services
 from nexopoll.models import Delivery
 from nexopoll.runtime import outbox
 from nexopoll.runtime.delivery import HOLD_RETRY, dead_letter_exhausted, due_rows
@@ -152,11 +155,13 @@ def test_a_config_problem_holds_the_row_until_a_reload_fixes_it(
         assert row_id not in due_rows(now=timezone.now() + timedelta(minutes=2))  # no hot loop
 
         # visible to operators, with the reason and no secret
-        listed = list(Delivery.objects.filter(status="held").values("id", "status", "last_error"))
-        listed = [{**d, "id": str(d["id"])} for d in listed]
+        listed = services.list_deliveries(status="held")
         assert [(d["id"], d["status"]) for d in listed] == [(row_id, "held")]
         assert reason in listed[0]["last_error"]
-        for text in (row.last_error, caplog.text, json.dumps(listed)):
+        table = StringIO()
+        call_command("pollers", "deliveries", "--status", "held", stdout=table)
+        assert row_id in table.getvalue() and "held" in table.getvalue()
+        for text in (row.last_error, caplog.text, json.dumps(listed), table.getvalue()):
             assert CANARY not in text
 
         # fixed and reloaded: back to pending, queued at once, then sent
