@@ -6,15 +6,17 @@ capped at 5 min, ``Retry-After`` honoured) up to ``NEXOPOLL_DELIVERY_MAX_ATTEMPT
 after which the row is dead-lettered (status ``dead``) and logged.
 
 A configuration problem found at send time — an unknown channel, an agent or
-binding a reload removed, a ``${VAR}`` the worker's environment lacks, a channel
-raising ``ConfigError`` or ``CredentialsMissingError`` — is no failure of the row:
+binding a reload removed (for a channel that needs one: ``log`` needs none), a
+``${VAR}`` the worker's environment lacks, a channel raising ``ConfigError`` or
+``CredentialsMissingError`` — is no failure of the row:
 the row is **held** (status ``held``, the reason in ``last_error``, the attempt not
 counted) and goes back to pending after the next reload, or by itself after
 :data:`HOLD_RETRY` (see :mod:`nexopoll.runtime.outbox`).
 
 Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
 worker whose own clock runs ahead cannot take a row another worker is sending.
-The ``clock`` a caller passes still decides when a row is due and its backoff.
+The ``clock`` a caller passes still decides when a row is due and its backoff
+(a fast clock sends a retry early, never twice at once).
 """
 
 from __future__ import annotations
