@@ -65,7 +65,7 @@ def status_of(*ids: str) -> list[tuple[str, int]]:
 def test_deliveries_lists_rows_with_filters_as_a_table_and_as_json(outbox):
     table = run("deliveries")
     head = table.splitlines()[0].split()
-    assert head[:5] == ["ID", "JOB", "CHANNEL", "TO", "STATUS"] and "ERROR" in head
+    assert head[:5] == ["ID", "JOB", "CHANNEL", "RECIPIENT", "STATUS"] and "ERROR" in head
     for row_id in [outbox["sent"], *outbox["dead"], outbox["held"], outbox["pending"]]:
         assert row_id in table
     dead = run("deliveries", "--status", "dead")

@@ -261,7 +261,9 @@ class Command(BaseCommand):
         )
         if opts["json"]:
             return self._json(rows)
-        table = [("ID", "JOB", "CHANNEL", "TO", "STATUS", "ATTEMPTS", "NEXT ATTEMPT", "ERROR")]
+        table = [
+            ("ID", "JOB", "CHANNEL", "RECIPIENT", "STATUS", "ATTEMPTS", "NEXT ATTEMPT", "ERROR")
+        ]
         for r in rows:
             error = " ".join(r["last_error"].split())
             table.append((
