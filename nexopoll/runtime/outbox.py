@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.db import DatabaseError
 from django.db.models.functions import Now
 
 from ..models import Delivery, DeliveryStatus
@@ -25,7 +26,8 @@ def enqueue(ids: list[str], *, countdown: float | None = None) -> int:
     """Publish deliver messages for ``ids`` (in batches) and mark those rows enqueued.
 
     Returns how many rows were queued. A failed publish is logged and its rows are
-    left unmarked, so the next sweep queues them.
+    left unmarked, so the next sweep queues them. Never raises: it runs after
+    commits (``transaction.on_commit``), where an error would hide the commit.
     """
     from nexopoll.celery import app
 
@@ -41,10 +43,13 @@ def enqueue(ids: list[str], *, countdown: float | None = None) -> int:
                 exc_info=True,
             )
             continue
-        Delivery.objects.filter(id__in=batch, status=DeliveryStatus.PENDING).update(
-            enqueued_at=Now()
-        )
         queued += len(batch)
+        try:
+            Delivery.objects.filter(id__in=batch, status=DeliveryStatus.PENDING).update(
+                enqueued_at=Now()
+            )
+        except DatabaseError:  # unmarked, the rows are queued once more by the sweeper
+            log.warning("delivery.mark_enqueued_failed rows=%s", len(batch), exc_info=True)
     return queued
 
 

@@ -84,6 +84,10 @@ def test_redirecting_receiver_is_not_followed(cfg, redis_client):
 def test_sweeper_picks_up_rows_left_pending(cfg, redis_client):
     with Sink() as sink:
         (row_id,) = setup_job(cfg, redis_client, sink.url)
+        # queued (and marked) after the commit: the sweeper leaves it to that message
+        assert due_rows(now=NOW + timedelta(seconds=10)) == []
+        # its message never went out (the process died between commit and publish)
+        Delivery.objects.filter(id=row_id).update(enqueued_at=None)
         assert due_rows(now=NOW) == []  # inside the grace period the normal path owns it
         assert due_rows(now=NOW + timedelta(seconds=10)) == [row_id]
         send(due_rows(now=NOW + timedelta(seconds=10)), NOW + timedelta(seconds=10))
