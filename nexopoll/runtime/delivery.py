@@ -49,7 +49,7 @@ log = logging.getLogger("nexopoll.delivery")
 
 CLAIM_SECS = 90
 CLAIM = timedelta(seconds=CLAIM_SECS)
-SEND_DEADLINE_SECS = 30.0
+SEND_DEADLINE_SECS = 30.0  # per attempt, over connect, headers and body (setting overrides)
 SWEEP_GRACE = timedelta(seconds=5)
 # a held row is tried again after this long even without a reload (a worker's env fixed)
 HOLD_RETRY = timedelta(minutes=5)
@@ -126,7 +126,7 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
                 attempt=row.attempts,
             ),
             binding,
-            deadline_secs=SEND_DEADLINE_SECS,
+            deadline_secs=getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", SEND_DEADLINE_SECS),
         )
     except (ConfigError, CredentialsMissingError) as exc:
         reason = str(exc) or type(exc).__name__

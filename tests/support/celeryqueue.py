@@ -24,6 +24,17 @@ def messages(client: Any, queue: str = QUEUE) -> list[tuple[str, list[Any]]]:
     return out
 
 
+def deliver_etas(client: Any, queue: str = QUEUE) -> dict[str, str | None]:
+    """Row id → the ``eta`` header (ISO text, None for "now") of its deliver message."""
+    out: dict[str, str | None] = {}
+    for raw in reversed(client.lrange(queue, 0, -1)):
+        envelope = json.loads(raw)
+        if envelope["headers"]["task"] == "nexopoll.deliver":
+            args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+            out.update(dict.fromkeys(args[0], envelope["headers"].get("eta")))
+    return out
+
+
 def queued_deliveries(client: Any, queue: str = QUEUE) -> Counter[str]:
     """How many ``nexopoll.deliver`` messages carry each outbox row id."""
     return Counter(
