@@ -107,12 +107,18 @@ class DeliveryStatus(models.TextChoices):
     PENDING = "pending"
     SENT = "sent"
     DEAD = "dead"
+    # a configuration problem at send time (unknown channel or agent binding, a
+    # missing ${VAR}): kept, not dead-lettered; retried after a reload or periodically
+    HELD = "held"
 
 
 class Delivery(models.Model):
     """One outbound message, written in the same transaction as the tick's cursor.
 
     The row id is the idempotency key receivers see (``X-Nexopoll-Delivery-Id``).
+    ``claimed_until`` is set and compared with the DB's clock, never a worker's;
+    ``enqueued_at`` (DB clock too) is when a deliver message for the row was last
+    published and not yet taken, so the sweeper does not queue it again.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -129,6 +135,7 @@ class Delivery(models.Model):
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.DateTimeField()
     claimed_until = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     sent_at = models.DateTimeField(null=True, blank=True)

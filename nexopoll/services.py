@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -121,6 +122,7 @@ def reload_config(
         PollState.objects.filter(job_id__in=res.remove).update(definition_hash="")
         changed = res.add + res.replace
         transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now))
+        transaction.on_commit(lambda: _retry_held(now=now))
     res.applied = True
     log.info(
         "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s",
@@ -300,3 +302,117 @@ def job_pending(job_id: str) -> int:
     from .models import Delivery
 
     return Delivery.objects.filter(job_id=job_id, status="pending").count()
+
+
+# --- outbox verbs -----------------------------------------------------------------
+class UnknownDelivery(LookupError):
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+        super().__init__(f"unknown delivery id(s): {', '.join(ids)}")
+
+
+class RedeliverRefused(Exception):
+    """A row may not be queued again as asked (sent without ``force``, or being sent)."""
+
+
+class BadRequest(ValueError):
+    """Arguments that do not make a request (a bad status, limit or combination)."""
+
+
+DELIVERY_STATUSES = ("pending", "held", "dead", "sent")
+DELIVERY_TIMES = ("next_attempt_at", "claimed_until", "enqueued_at", "created_at", "sent_at")
+
+
+def delivery_view(row: Any) -> dict[str, Any]:
+    """One outbox row for operators (the payload is left out; errors are stored masked)."""
+    view = {f: getattr(row, f) for f in ("job_id", "agent", "purpose", "channel", "recipient",
+                                        "status", "attempts", "last_error")}  # fmt: skip
+    view.update({f: getattr(row, f) and getattr(row, f).isoformat() for f in DELIVERY_TIMES})
+    return {"id": str(row.id), **view}
+
+
+def list_deliveries(
+    *, status: str | None = None, job_id: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    """Outbox rows, newest first, filtered by status and job (at most ``limit``, ≤ 10,000)."""
+    from .models import Delivery
+
+    if status is not None and status not in DELIVERY_STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(DELIVERY_STATUSES)}, not {status!r}")
+    if not 1 <= limit <= 10_000:
+        raise BadRequest(f"limit must be between 1 and 10000, not {limit}")
+    rows = Delivery.objects.order_by("-created_at", "id")
+    rows = rows.filter(status=status) if status else rows
+    rows = rows.filter(job_id=job_id) if job_id is not None else rows
+    return [delivery_view(r) for r in rows[:limit]]
+
+
+def redeliver(
+    ids: list[str] | None = None, *, job_id: str | None = None, dead: bool = False,
+    held: bool = False, force: bool = False, now: datetime,
+) -> list[str]:  # fmt: skip
+    """Move rows back to pending with their attempts reset, due now, and queue them.
+
+    Either explicit ``ids`` (dead, held or pending rows; a ``sent`` row only with
+    ``force``: it is sent again under the same delivery id) or every dead and/or
+    held row of ``job_id``. All or nothing: an unknown id, a sent row without
+    ``force`` or a row being sent right now refuses the whole request. Returns
+    the ids queued again (the delivery ids receivers see do not change).
+    """
+    from .models import Delivery
+    from .runtime import outbox
+    from .runtime.delivery import live_claim
+
+    if bool(ids) == (job_id is not None):
+        raise BadRequest("give delivery ids, or --job ID with --dead and/or --held")
+    allowed = ["dead", "held", "pending"] + (["sent"] if force else [])
+    if ids:
+        parsed = {i: _uuid_text(i) for i in ids}
+        rows = dict(Delivery.objects.filter(id__in={u for u in parsed.values() if u})
+                    .values_list("id", "status"))  # fmt: skip
+        rows = {str(k): v for k, v in rows.items()}
+        unknown = sorted(i for i, u in parsed.items() if u not in rows)
+        if unknown:
+            raise UnknownDelivery(unknown)
+        sent = sorted(i for i, st in rows.items() if st == "sent")
+        if sent and not force:
+            raise RedeliverRefused(f"already sent: {', '.join(sent)} (--force sends it again)")
+        selected = Delivery.objects.filter(id__in=list(rows), status__in=allowed)
+    else:
+        allowed = (["dead"] if dead else []) + (["held"] if held else [])
+        if not allowed:
+            raise BadRequest("--job needs --dead and/or --held")
+        if not (PollJob.objects.filter(job_id=job_id).exists()
+                or Delivery.objects.filter(job_id=job_id).exists()):  # fmt: skip
+            raise UnknownJob(str(job_id))
+        selected = Delivery.objects.filter(job_id=job_id, status__in=allowed)
+    with transaction.atomic():
+        busy = sorted(str(i) for i in selected.exclude(live_claim()).values_list("id", flat=True))
+        if busy:
+            raise RedeliverRefused(f"being sent right now: {', '.join(busy)}; try again shortly")
+        chosen = [str(i) for i in selected.values_list("id", flat=True)]
+        Delivery.objects.filter(live_claim(), id__in=chosen, status__in=allowed).update(
+            status="pending", attempts=0, next_attempt_at=now, claimed_until=None,
+            enqueued_at=None, sent_at=None,
+        )  # fmt: skip
+        transaction.on_commit(lambda: outbox.enqueue(chosen))
+    log.info("delivery.redeliver rows=%s job=%s force=%s", len(chosen), job_id, force)
+    return chosen
+
+
+def _uuid_text(text: str) -> str | None:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
+def _retry_held(*, now: datetime) -> None:
+    """After a reload, held rows go back to pending and are queued (what the reload did
+    not fix holds them again at once)."""
+    from .runtime import outbox
+
+    try:
+        outbox.retry_held_after_reload(now=now)
+    except Exception as exc:
+        log.warning("reload.held_retry_failed: %s; the sweeper retries held rows", exc)

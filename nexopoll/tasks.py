@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from .runtime import delivery
-from .runtime.tick import enqueue_deliveries, tick_job
+from .runtime import delivery, outbox
+from .runtime.tick import tick_job
 
 
 @shared_task(name="nexopoll.tick", bind=True, ignore_result=True, max_retries=None)
@@ -27,23 +27,18 @@ def deliver(ids: list[str]) -> dict[str, str]:
     outcomes = delivery.deliver_rows(ids, clock=timezone.now)
     deferred = [i for i, outcome in outcomes.items() if outcome == "deferred"]
     if deferred:
-        deliver.apply_async(args=[deferred])
+        outbox.enqueue(deferred)
     retry = [i for i, outcome in outcomes.items() if outcome == "retry"]
     wait = delivery.soonest_retry(retry, now=timezone.now())
     if wait is not None and wait <= 60:
         # short backoffs go straight back on the queue; the sweeper covers the rest
-        deliver.apply_async(args=[retry], countdown=max(wait, 0))
+        outbox.enqueue(retry, countdown=max(wait, 0))
     return outcomes
 
 
 @shared_task(name="nexopoll.sweep_outbox", ignore_result=True)
-def sweep_outbox() -> int:
-    now = timezone.now()
-    delivery.dead_letter_exhausted(now=now)
-    ids = delivery.due_rows(now=now)
-    for start in range(0, len(ids), 50):
-        enqueue_deliveries(ids[start : start + 50])
-    return len(ids)
+def sweep_outbox() -> dict[str, int]:
+    return outbox.sweep(now=timezone.now())
 
 
 @shared_task(name="nexopoll.run_now", ignore_result=False)

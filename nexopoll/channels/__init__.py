@@ -37,7 +37,8 @@ class Channel(Protocol):
     def send(
         self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
     ) -> None:
-        """Send one message; raise TransientError to retry later, PermanentError to give up."""
+        """Send one message; raise TransientError to retry later, PermanentError to give up,
+        ConfigError for a problem in the binding (the delivery is held, not dead)."""
 
 
 _channels: dict[str, Channel] | None = None

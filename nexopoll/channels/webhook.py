@@ -7,6 +7,8 @@ an HMAC-SHA256 over ``"<timestamp>.<body>"``. Redirects are never followed.
 
 Binding (``agents.<id>.webhook``): ``url`` (required), ``secret`` (``${VAR}``),
 ``allow_private_networks`` (default false: the URL must be a public address).
+A missing ``url``, an invalid one or one the address guard refuses is a
+configuration problem: the delivery is held (see ``runtime/delivery.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import json
 import time
 from typing import Any
 
-from nexopoll.core.errors import CredentialsMissingError, PermanentError, TransientError
+from nexopoll.core.errors import (
+    ConfigError,
+    CredentialsMissingError,
+    PermanentError,
+    TransientError,
+)
 from nexopoll.net import http
 
 from . import OutboundMessage
@@ -60,16 +67,21 @@ class WebhookChannel:
             ts = str(int(time.time()))
             headers["X-Nexopoll-Timestamp"] = ts
             headers["X-Nexopoll-Signature"] = sign(secret, ts, body)
-        resp = http.fetch(
-            "POST",
-            url,
-            headers=headers,
-            body=body,
-            allow_private=bool(binding.get("allow_private_networks", False)),
-            max_bytes=64 * 1024,
-            deadline_secs=deadline_secs,
-            max_redirects=0,
-        )
+        try:
+            resp = http.fetch(
+                "POST",
+                url,
+                headers=headers,
+                body=body,
+                allow_private=bool(binding.get("allow_private_networks", False)),
+                max_bytes=64 * 1024,
+                deadline_secs=deadline_secs,
+                max_redirects=0,
+            )
+        except (http.InvalidURLError, http.BlockedURLError) as exc:
+            # the URL is the binding's (redirects are not followed): a configuration
+            # problem, so the delivery is held until the binding is fixed, not dead
+            raise ConfigError(f"agent {message.agent!r} webhook binding: {exc}") from exc
         if 300 <= resp.status < 400:
             raise PermanentError(f"webhook answered {resp.status}: redirect refused for deliveries")
         if resp.status >= 400:

@@ -4,6 +4,19 @@ Each row is sent at least once; every attempt carries the row id as its
 idempotency key. Failures back off (``NEXOPOLL_DELIVERY_BASE_SECS`` doubling,
 capped at 5 min, ``Retry-After`` honoured) up to ``NEXOPOLL_DELIVERY_MAX_ATTEMPTS``,
 after which the row is dead-lettered (status ``dead``) and logged.
+
+A configuration problem found at send time — an unknown channel, an agent or
+binding a reload removed (for a channel that needs one: ``log`` needs none), a
+``${VAR}`` the worker's environment lacks, a channel raising ``ConfigError`` or
+``CredentialsMissingError`` — is no failure of the row:
+the row is **held** (status ``held``, the reason in ``last_error``, the attempt not
+counted) and goes back to pending after the next reload, or by itself after
+:data:`HOLD_RETRY` (see :mod:`nexopoll.runtime.outbox`).
+
+Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
+worker whose own clock runs ahead cannot take a row another worker is sending.
+The ``clock`` a caller passes still decides when a row is due and its backoff
+(a fast clock sends a retry early, never twice at once).
 """
 
 from __future__ import annotations
@@ -16,11 +29,18 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from nexopoll.channels import OutboundMessage, get_channel
 from nexopoll.core.breaker import backoff_delay
 from nexopoll.core.config import expand_env
-from nexopoll.core.errors import ErrorClass, PermanentError, classify
+from nexopoll.core.errors import (
+    ConfigError,
+    CredentialsMissingError,
+    ErrorClass,
+    PermanentError,
+    classify,
+)
 from nexopoll.core.redact import redact, secret_values
 
 from ..models import Agent, Delivery, DeliveryStatus
@@ -28,8 +48,11 @@ from ..models import Agent, Delivery, DeliveryStatus
 log = logging.getLogger("nexopoll.delivery")
 
 CLAIM_SECS = 90
-SEND_DEADLINE_SECS = 30.0
+CLAIM = timedelta(seconds=CLAIM_SECS)
+SEND_DEADLINE_SECS = 30.0  # per attempt, over connect, headers and body (setting overrides)
 SWEEP_GRACE = timedelta(seconds=5)
+# a held row is tried again after this long even without a reload (a worker's env fixed)
+HOLD_RETRY = timedelta(minutes=5)
 
 
 BATCH_BUDGET_SECS = 60.0
@@ -38,7 +61,7 @@ BATCH_BUDGET_SECS = 60.0
 def deliver_rows(
     ids: list[str], *, clock: Callable[[], datetime], budget_secs: float = BATCH_BUDGET_SECS
 ) -> dict[str, str]:
-    """Try to send each row; return id → outcome (sent | retry | dead | skipped | deferred).
+    """Try to send each row; return id → outcome (sent | retry | dead | held | skipped | deferred).
 
     The clock is read per row (a claim or a backoff must not start from a time
     taken before a slow send). Rows left when ``budget_secs`` is spent are
@@ -54,22 +77,41 @@ def deliver_rows(
     return outcomes
 
 
-def deliver_one(delivery_id: str, *, now: datetime) -> str:
-    claimed = (
+def live_claim() -> Q:
+    """Rows nobody is sending now: no claim, or one that ran out by the DB's clock."""
+    return Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+
+
+def claim(delivery_id: str, *, now: datetime) -> bool:
+    """Take the row for one attempt (counted), if it is pending, due and unclaimed.
+
+    The claim's expiry is written and compared by the DB (``Now()`` is the DB's
+    ``CURRENT_TIMESTAMP``): a worker's skewed clock cannot shorten another's claim.
+    Taking the row also consumes its queued message (``enqueued_at`` cleared).
+    """
+    return bool(
         Delivery.objects.filter(
+            live_claim(),
             id=delivery_id,
             status=DeliveryStatus.PENDING,
             next_attempt_at__lte=now,
             # a row whose send kills its worker never reaches _failed: cap it here too
             attempts__lt=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
+        ).update(
+            claimed_until=Now() + CLAIM,
+            attempts=F("attempts") + 1,
+            enqueued_at=None,
         )
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .update(claimed_until=now + timedelta(seconds=CLAIM_SECS), attempts=F("attempts") + 1)
     )
-    if not claimed:
+
+
+def deliver_one(delivery_id: str, *, now: datetime) -> str:
+    if not claim(delivery_id, now=now):
         return "skipped"
     row = Delivery.objects.get(id=delivery_id)
-    raw_binding = _raw_binding(row.agent, row.channel)
+    agent_bindings = _agent_bindings(row.agent)
+    raw_binding = (agent_bindings or {}).get(row.channel, {})
+    secrets = secret_values(raw_binding, os.environ)
     try:
         channel = get_channel(row.channel)
         binding = expand_env(raw_binding, os.environ, path=f"agents.{row.agent}.{row.channel}")
@@ -84,26 +126,52 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
                 attempt=row.attempts,
             ),
             binding,
-            deadline_secs=SEND_DEADLINE_SECS,
+            deadline_secs=getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", SEND_DEADLINE_SECS),
         )
+    except (ConfigError, CredentialsMissingError) as exc:
+        reason = str(exc) or type(exc).__name__
+        if agent_bindings is None:
+            reason = f"agent {row.agent!r} is not declared (removed by a reload?): {reason}"
+        return _held(row, reason, now=now, secrets=secrets)
     except Exception as exc:
-        return _failed(row, exc, now=now, secrets=secret_values(raw_binding, os.environ))
-    Delivery.objects.filter(id=row.id).update(
+        return _failed(row, exc, now=now, secrets=secrets)
+    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
         status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
     )
     return "sent"
 
 
-def _raw_binding(agent: str, channel: str) -> dict:
-    bindings = Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first() or {}
-    return bindings.get(channel, {})
+def _agent_bindings(agent: str) -> dict | None:
+    """The agent's raw bindings, or None when no agent of that id is declared (any more)."""
+    return Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first()
+
+
+def _held(row: Delivery, reason: str, *, now: datetime, secrets: frozenset[str]) -> str:
+    """Keep the row for after the configuration is fixed; the attempt does not count."""
+    message = redact(reason[:2000], secrets)
+    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
+        status=DeliveryStatus.HELD,
+        attempts=F("attempts") - 1,
+        claimed_until=None,
+        next_attempt_at=now + HOLD_RETRY,
+        last_error=message,
+    )
+    log.warning(
+        "delivery.held id=%s job=%s channel=%s reason=%s: fix pollers.yaml or the worker's "
+        "environment; held rows are retried after a reload",
+        row.id,
+        row.job_id,
+        row.channel,
+        message,
+    )
+    return "held"
 
 
 def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[str]) -> str:
     message = redact((str(exc) or type(exc).__name__)[:2000], secrets)
     permanent = classify(exc) is not ErrorClass.TRANSIENT or isinstance(exc, PermanentError)
     if permanent or row.attempts >= settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS:
-        Delivery.objects.filter(id=row.id).update(
+        Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
             status=DeliveryStatus.DEAD, claimed_until=None, last_error=message
         )
         log.error(
@@ -123,7 +191,7 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         delay = max(delay, min(retry_after, timedelta(hours=1)))
-    Delivery.objects.filter(id=row.id).update(
+    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
         next_attempt_at=now + delay, claimed_until=None, last_error=message
     )
     log.warning(
@@ -139,18 +207,28 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[
 
 
 def due_rows(*, now: datetime, limit: int = 500) -> list[str]:
-    """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period."""
+    """Pending rows the sweeper should (re-)send: due, unclaimed, past the grace period,
+    and with no deliver message queued for them less than :func:`requeue_after` ago."""
     qs = (
         Delivery.objects.filter(
+            live_claim(),
+            Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=Now() - requeue_after()),
             status=DeliveryStatus.PENDING,
             next_attempt_at__lte=now,
             created_at__lte=now - SWEEP_GRACE,
         )
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .order_by("next_attempt_at")
         .values_list("id", flat=True)[:limit]
     )
     return [str(i) for i in qs]
+
+
+def requeue_after() -> timedelta:
+    """How long a published deliver message is trusted to arrive before the sweeper
+    queues its row again: past the broker's visibility timeout (an unacked message of
+    a dead worker comes back by then), so only a message Redis lost is replaced."""
+    vt = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
+    return timedelta(seconds=float(vt) + 60)
 
 
 def soonest_retry(ids: list[str], *, now: datetime) -> float | None:
@@ -171,7 +249,7 @@ def dead_letter_exhausted(*, now: datetime) -> int:
     n = Delivery.objects.filter(
         status=DeliveryStatus.PENDING,
         attempts__gte=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
-        claimed_until__lt=now,
+        claimed_until__lt=Now(),
     ).update(status=DeliveryStatus.DEAD, last_error="no outcome after the last attempt")
     if n:
         log.error("delivery.dead rows=%s: attempts exhausted without an outcome", n)

@@ -351,15 +351,11 @@ def _clear_running(job_id: str, epoch: int) -> None:
 
 
 def enqueue_deliveries(ids: list[str]) -> None:
-    """Hand committed outbox rows to the delivery task; the sweeper covers a failure here."""
-    from nexopoll.celery import app
+    """Hand committed outbox rows to the delivery task, marked as queued so the sweeper
+    leaves them alone; the sweeper covers a failure here (rows left unmarked)."""
+    from .outbox import enqueue
 
-    try:
-        app.send_task("nexopoll.deliver", args=[ids])
-    except Exception:
-        log.warning(
-            "delivery.enqueue_failed rows=%s: the sweeper will send them", len(ids), exc_info=True
-        )
+    enqueue(ids)
 
 
 def _move_entry(job_id: str, at: datetime, *, later_only: bool = False) -> None:

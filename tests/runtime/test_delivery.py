@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from nexopoll.models import Delivery
@@ -83,6 +84,10 @@ def test_redirecting_receiver_is_not_followed(cfg, redis_client):
 def test_sweeper_picks_up_rows_left_pending(cfg, redis_client):
     with Sink() as sink:
         (row_id,) = setup_job(cfg, redis_client, sink.url)
+        # queued (and marked) after the commit: the sweeper leaves it to that message
+        assert due_rows(now=NOW + timedelta(seconds=10)) == []
+        # its message never went out (the process died between commit and publish)
+        Delivery.objects.filter(id=row_id).update(enqueued_at=None)
         assert due_rows(now=NOW) == []  # inside the grace period the normal path owns it
         assert due_rows(now=NOW + timedelta(seconds=10)) == [row_id]
         send(due_rows(now=NOW + timedelta(seconds=10)), NOW + timedelta(seconds=10))
@@ -153,3 +158,85 @@ def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(cfg, redis_c
     from nexopoll.models import Agent
 
     assert "tok-CANARY-123" not in repr(list(Agent.objects.values()))
+
+
+def hang_up_after_reading(req):
+    """A receiver that reads (and records) the whole request, then closes without a reply."""
+    return lambda raw: None
+
+
+def test_response_lost_after_the_receiver_processed_is_resent_under_the_same_id(cfg, redis_client):
+    """RELIABILITY row 20: the receiver got the POST but its answer never arrived."""
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", sequence(hang_up_after_reading, 200))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        assert send([row_id], NOW) == {row_id: "retry"}
+        row = Delivery.objects.get(id=row_id)
+        assert row.status == "pending" and row.last_error  # the lost answer is an error
+        assert send([row_id], row.next_attempt_at) == {row_id: "sent"}
+        assert hook.hits("/hook") == 2
+        ids = [r.header("X-Nexopoll-Delivery-Id") for r in hook.requests]
+        bodies = {json.loads(r.body)["delivery_id"] for r in hook.requests}
+        assert ids == [row_id, row_id] and bodies == {row_id}
+        row = Delivery.objects.get(id=row_id)
+        assert (row.status, row.attempts, row.last_error) == ("sent", 2, "")
+        # sent once: nothing sends it again, however late
+        assert send([row_id], NOW + timedelta(days=1)) == {row_id: "skipped"}
+        assert hook.hits("/hook") == 2
+
+
+def test_a_failing_receiver_backs_off_through_short_etas_and_the_sweeper(cfg, redis_client):
+    """RELIABILITY row 21: a short backoff goes back on the queue with an ETA under a
+    minute; a long one (Retry-After: 1 h) is left to the sweeper, so no message ever
+    carries an ETA near the broker's visibility timeout. The cursor is untouched."""
+    from nexopoll import tasks
+    from nexopoll.models import PollState
+    from tests.support.celeryqueue import deliver_etas
+
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", sequence(500, reply(429, b"", {"Retry-After": "3600"})))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        cursor = bytes(PollState.objects.get(job_id="a").cursor)
+        redis_client.delete("nexopoll")
+        before = datetime.now(UTC)
+        assert tasks.deliver([row_id]) == {row_id: "retry"}
+        eta = datetime.fromisoformat(deliver_etas(redis_client)[row_id])
+        row = Delivery.objects.get(id=row_id)
+        assert before < eta <= before + timedelta(seconds=61)
+        assert abs((eta - row.next_attempt_at).total_seconds()) < 2
+        redis_client.delete("nexopoll")
+        Delivery.objects.filter(id=row_id).update(next_attempt_at=NOW)  # the ETA came
+        assert tasks.deliver([row_id]) == {row_id: "retry"}
+        row = Delivery.objects.get(id=row_id)
+        assert row.next_attempt_at >= datetime.now(UTC) + timedelta(minutes=59)
+        assert deliver_etas(redis_client) == {}  # the sweeper's, in an hour
+        assert bytes(PollState.objects.get(job_id="a").cursor) == cursor
+        assert hook.hits("/hook") == 2
+
+
+def test_a_slow_receiver_is_cut_at_the_deadline_and_retried(cfg, redis_client, settings):
+    """RELIABILITY row 22: a receiver that reads the request and answers nothing, and a
+    slow-loris one, cost one deadline each; the worker is freed and a retry scheduled."""
+    import time
+
+    from tests.support.httpserver import drip
+
+    settings.NEXOPOLL_DELIVERY_DEADLINE_SECS = 1.5
+
+    def silent(req):
+        return lambda raw: raw.sleep(30)
+
+    with TestHTTPServer() as hook:
+        hook.route("POST", "/hook", sequence(silent, drip(b"x" * 100, interval=0.3), 200))
+        (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
+        at = NOW
+        for _ in range(2):
+            started = time.monotonic()
+            assert send([row_id], at) == {row_id: "retry"}
+            assert time.monotonic() - started < 1.5 + 1.0
+            row = Delivery.objects.get(id=row_id)
+            assert row.status == "pending" and row.next_attempt_at > at
+            assert "deadline" in row.last_error.lower()
+            at = row.next_attempt_at
+        assert send([row_id], at) == {row_id: "sent"}
+        assert {r.header("X-Nexopoll-Delivery-Id") for r in hook.requests} == {row_id}

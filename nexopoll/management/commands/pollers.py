@@ -1,4 +1,4 @@
-"""``manage.py pollers list|show|run|pause|resume|reset|reload|check``."""
+"""``manage.py pollers list|show|run|pause|resume|reset|reload|check|deliveries|redeliver``."""
 
 from __future__ import annotations
 
@@ -55,12 +55,26 @@ class Command(BaseCommand):
         p.add_argument("job_id")
         p.add_argument("--to", type=int, required=True, metavar="TICK", help="a tick's number")
         p.add_argument("--yes", action="store_true", help="confirm")
+        p = sub.add_parser("deliveries", help="outbox rows, newest first")
+        p.add_argument("--status", choices=services.DELIVERY_STATUSES)
+        p.add_argument("--job", metavar="ID")
+        p.add_argument("--limit", type=int, default=50)
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("redeliver", help="queue dead or held rows again (attempts reset)")
+        p.add_argument("row_ids", nargs="*", metavar="ROW_ID")
+        p.add_argument("--job", metavar="ID", help="every --dead and/or --held row of a job")
+        p.add_argument("--dead", action="store_true")
+        p.add_argument("--held", action="store_true")
+        p.add_argument("--force", action="store_true", help="also re-send rows already sent")
+        p.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         verb = opts["verb"]
         try:
             getattr(self, f"do_{verb.replace('-', '_')}")(**opts)
-        except services.UnknownJob as exc:
+        except (services.UnknownJob, services.UnknownDelivery) as exc:
+            raise CommandError(str(exc)) from None
+        except (services.RedeliverRefused, services.BadRequest) as exc:
             raise CommandError(str(exc)) from None
         except ConfigFileError as exc:
             raise CommandError(f"pollers.yaml rejected, nothing applied:\n{exc}") from None
@@ -240,3 +254,41 @@ class Command(BaseCommand):
             f"rewound {job_id} to tick #{done.tick} ({done.tick_at:%Y-%m-%d %H:%M:%S} UTC): "
             f"cursor {services.cursor_text(done.cursor) or 'cleared'}"
         )
+
+    def do_deliveries(self, **opts: Any) -> None:
+        rows = services.list_deliveries(
+            status=opts["status"], job_id=opts["job"], limit=opts["limit"]
+        )
+        if opts["json"]:
+            return self._json(rows)
+        table = [
+            ("ID", "JOB", "CHANNEL", "RECIPIENT", "STATUS", "ATTEMPTS", "NEXT ATTEMPT", "ERROR")
+        ]
+        for r in rows:
+            error = " ".join(r["last_error"].split())
+            table.append((
+                r["id"], r["job_id"], r["channel"], r["recipient"][:40], r["status"],
+                str(r["attempts"]),
+                (r["next_attempt_at"] or "-")[:19] if r["status"] in ("pending", "held") else "-",
+                error[:80] + ("…" if len(error) > 80 else ""),
+            ))  # fmt: skip
+        widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
+        for t in table:
+            self.stdout.write(
+                "  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip()
+            )
+        if not rows:
+            self.stdout.write("(no deliveries)")
+        elif len(rows) == opts["limit"]:
+            self.stdout.write(f"(the newest {len(rows)}: raise --limit for more)")
+
+    def do_redeliver(self, **opts: Any) -> None:
+        if opts["row_ids"] and (opts["dead"] or opts["held"]):
+            raise CommandError("--dead and --held select the rows of --job; not with row ids")
+        ids = services.redeliver(
+            opts["row_ids"], job_id=opts["job"], dead=opts["dead"], held=opts["held"],
+            force=opts["force"], now=timezone.now(),
+        )  # fmt: skip
+        if opts["json"]:
+            return self._json({"requeued": ids})
+        self.stdout.write(f"requeued {len(ids)} row(s)" + "".join(f"\n  {i}" for i in ids))

@@ -1,0 +1,88 @@
+"""Moving outbox rows onto the queue: enqueue, the sweeper, releasing held rows.
+
+A row is queued at most once at a time: publishing a deliver message stamps the
+row's ``enqueued_at`` (DB clock) and taking the row clears it, so the sweeper skips
+rows whose message is still on its way (:func:`delivery.requeue_after`) instead of
+queueing every pending row again at every sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import DatabaseError
+from django.db.models.functions import Now
+
+from ..models import Delivery, DeliveryStatus
+from . import delivery
+
+log = logging.getLogger("nexopoll.delivery")
+
+BATCH = 50  # rows per deliver message
+
+
+def enqueue(ids: list[str], *, countdown: float | None = None) -> int:
+    """Publish deliver messages for ``ids`` (in batches) and mark those rows enqueued.
+
+    Returns how many rows were queued. A failed publish is logged and its rows are
+    left unmarked, so the next sweep queues them. Never raises: it runs after
+    commits (``transaction.on_commit``), where an error would hide the commit.
+    """
+    from nexopoll.celery import app
+
+    queued = 0
+    for start in range(0, len(ids), BATCH):
+        batch = [str(i) for i in ids[start : start + BATCH]]
+        try:
+            app.send_task("nexopoll.deliver", args=[batch], countdown=countdown)
+        except Exception:
+            log.warning(
+                "delivery.enqueue_failed rows=%s: the sweeper will send them",
+                len(batch),
+                exc_info=True,
+            )
+            continue
+        queued += len(batch)
+        try:
+            Delivery.objects.filter(id__in=batch, status=DeliveryStatus.PENDING).update(
+                enqueued_at=Now()
+            )
+        except DatabaseError:  # unmarked, the rows are queued once more by the sweeper
+            log.warning("delivery.mark_enqueued_failed rows=%s", len(batch), exc_info=True)
+    return queued
+
+
+def release_held(*, now: datetime, due_only: bool = False) -> list[str]:
+    """Move held rows back to pending, due at ``now``; return their ids.
+
+    ``due_only``: only rows whose periodic retry (``next_attempt_at``) has come.
+    """
+    held = Delivery.objects.filter(status=DeliveryStatus.HELD)
+    if due_only:
+        held = held.filter(next_attempt_at__lte=now)
+    ids = [str(i) for i in held.values_list("id", flat=True)]
+    released: list[str] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        Delivery.objects.filter(id__in=chunk, status=DeliveryStatus.HELD).update(
+            status=DeliveryStatus.PENDING, next_attempt_at=now, claimed_until=None
+        )
+        released += chunk
+    if released:
+        log.info("delivery.released rows=%s due_only=%s", len(released), due_only)
+    return released
+
+
+def retry_held_after_reload(*, now: datetime) -> int:
+    """A reload may have fixed what held rows wait for: try every one of them now."""
+    return enqueue(release_held(now=now))
+
+
+def sweep(*, now: datetime) -> dict[str, int]:
+    """One sweeper pass: dead-letter rows out of attempts, release held rows whose
+    periodic retry has come, and queue due rows nobody has queued recently."""
+    dead = delivery.dead_letter_exhausted(now=now)
+    released = release_held(now=now, due_only=True)
+    ids = delivery.due_rows(now=now)  # released rows are among them: due now, not queued
+    return {"dead": dead, "released": len(released), "queued": enqueue(ids)}
