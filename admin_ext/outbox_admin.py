@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from django.utils import timezone
 
-from nexopoll import operations
+from nexopoll import services
 
 from . import display
 from .models import OutboxRow
@@ -49,11 +50,20 @@ class OutboxAdmin(admin.ModelAdmin):
     def redeliver(self, request, queryset):  # type: ignore[no-untyped-def]
         rows = list(queryset)
         eligible = [r for r in rows if r.status in ("dead", "held")]
-        moved = operations.redeliver_rows([str(r.id) for r in eligible])
+        skipped = len(rows) - len(eligible)
+        if not eligible:
+            self.message_user(
+                request, "None of the selected rows is dead or held.", messages.WARNING
+            )
+            return
+        try:
+            moved = services.redeliver([str(r.id) for r in eligible], now=timezone.now())
+        except (services.RedeliverRefused, services.UnknownDelivery) as exc:
+            self.message_user(request, f"Nothing re-queued: {exc}", messages.ERROR)
+            return
         for r in eligible:
             self.log_change(request, r, "redeliver")
-        skipped = len(rows) - len(eligible)
-        msg = f"Re-queued {moved} row(s) under their own delivery ids."
+        msg = f"Re-queued {len(moved)} row(s) under their own delivery ids."
         if skipped:
             msg += f" Skipped {skipped} row(s) that are neither dead nor held."
-        self.message_user(request, msg, messages.SUCCESS if moved else messages.WARNING)
+        self.message_user(request, msg, messages.SUCCESS)

@@ -148,21 +148,3 @@ def summary(*, now: datetime) -> dict[str, int]:
         counts[f"deliveries_{status}"] = Delivery.objects.filter(status=status).count()
     return counts
 
-
-# --- the outbox --------------------------------------------------------------------
-def redeliver_rows(ids: list[str]) -> int:
-    """Move dead or held rows back to pending (attempts reset) and enqueue them.
-
-    Each row keeps its id, so a receiver that already saw it can tell.
-    """
-    from django.utils import timezone
-
-    from .runtime.tick import enqueue_deliveries
-
-    now = timezone.now()
-    moved = Delivery.objects.filter(id__in=ids, status__in=["dead", "held"]).update(
-        status="pending", attempts=0, next_attempt_at=now, claimed_until=None
-    )
-    if moved:
-        enqueue_deliveries([str(i) for i in ids])
-    return moved
