@@ -152,6 +152,16 @@ NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)
 NEXOPOLL_SWEEP_SECS = env_float("NEXOPOLL_SWEEP_SECS", 15.0)
 # Crash cap: a tick whose worker died this many times in a row counts as failed.
 NEXOPOLL_MAX_CRASHES = env_int("NEXOPOLL_MAX_CRASHES", 3)
+# Subprocess plugins: where their nexopoll-plugin.toml manifests live, the longest
+# stdout line accepted, which environment variables a plugin sees besides its
+# manifest's env, and the restart backoff of a long-lived plugin that died.
+NEXOPOLL_PLUGINS_DIR = env_str("NEXOPOLL_PLUGINS_DIR", str(BASE_DIR / "plugins"))
+NEXOPOLL_PLUGIN_MAX_LINE_BYTES = env_int("NEXOPOLL_PLUGIN_MAX_LINE_BYTES", 1 << 20)
+NEXOPOLL_PLUGIN_ENV_ALLOW = env_str(
+    "NEXOPOLL_PLUGIN_ENV_ALLOW", "PATH,HOME,LANG,LC_ALL,LC_CTYPE,TZ,TMPDIR"
+)
+NEXOPOLL_PLUGIN_RESTART_BASE_SECS = env_float("NEXOPOLL_PLUGIN_RESTART_BASE_SECS", 1.0)
+NEXOPOLL_PLUGIN_RESTART_CAP_SECS = env_float("NEXOPOLL_PLUGIN_RESTART_CAP_SECS", 60.0)
 
 # /healthz: beat's last loop older than this fails the check (503); pending deliveries
 # older than this are reported (a warning, not a failure).

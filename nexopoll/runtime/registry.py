@@ -1,6 +1,7 @@
-"""Poller kinds: built-ins, the ``nexopoll.pollers`` entry-point group and dotted names.
+"""Poller kinds: built-ins, the ``nexopoll.pollers`` entry-point group, dotted names
+and subprocess plugins (``nexopoll-plugin.toml`` manifests in ``NEXOPOLL_PLUGINS_DIR``).
 
-A kind registered twice fails loudly, naming both sources.
+A kind registered twice fails loudly, naming both sources; so does an invalid manifest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ EXTRA_ENV = "NEXOPOLL_EXTRA_POLLERS"
 
 class DuplicateKindError(RuntimeError):
     pass
+
+
+class InvalidPluginError(RuntimeError):
+    """A plugin manifest failed validation (a RuntimeError: ticks retry, jobs stay unpaused)."""
 
 
 class Registry:
@@ -52,12 +57,18 @@ class Registry:
     def validators(self) -> dict[str, Any]:
         return {kind: p.validate for kind, p in self._pollers.items()}
 
+    def sources(self) -> dict[str, str]:
+        return dict(self._sources)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._pollers)
+
 
 def _instantiate(obj: Any) -> Poller:
     return obj() if isinstance(obj, type) else obj
 
 
-def build_registry(extra: Iterable[str] = ()) -> Registry:
+def build_registry(extra: Iterable[str] = (), plugins_dir: str | None = None) -> Registry:
     import pollers
 
     reg = Registry()
@@ -71,7 +82,47 @@ def build_registry(extra: Iterable[str] = ()) -> Registry:
         except (ImportError, AttributeError, ValueError) as exc:
             raise ConfigError(f"no such poller: {name} ({exc})") from exc
         reg.register(_instantiate(obj), f"{EXTRA_ENV} {name}")
+    if plugins_dir:
+        register_plugins(reg, plugins_dir)
     return reg
+
+
+def register_plugins(reg: Registry, plugins_dir: str) -> None:
+    """Register every kind of every manifest; any invalid manifest or duplicate kind raises."""
+    from nexopoll.plugins import manifest as mf
+    from nexopoll.plugins.poller import pollers_for
+
+    manifests, bad = mf.load_manifests(plugins_dir)
+    if bad:
+        raise InvalidPluginError("invalid plugin manifest(s): " + "; ".join(map(str, bad)))
+    try:
+        mf.check_kinds(manifests, reg.sources())
+    except mf.DuplicateKindError as exc:
+        raise DuplicateKindError(str(exc)) from None
+    options = plugin_options()
+    for m in manifests:
+        for poller in pollers_for(m, options, _redis):
+            reg.register(poller, m.source)
+
+
+def plugin_options():
+    from django.conf import settings
+
+    from nexopoll.plugins.poller import Options
+    from nexopoll.plugins.process import Limits
+
+    allow = tuple(n.strip() for n in settings.NEXOPOLL_PLUGIN_ENV_ALLOW.split(",") if n.strip())
+    return Options(
+        limits=Limits(max_line_bytes=settings.NEXOPOLL_PLUGIN_MAX_LINE_BYTES, env_allow=allow),
+        restart_base_secs=settings.NEXOPOLL_PLUGIN_RESTART_BASE_SECS,
+        restart_cap_secs=settings.NEXOPOLL_PLUGIN_RESTART_CAP_SECS,
+    )
+
+
+def _redis():
+    from .redis import get_redis
+
+    return get_redis()
 
 
 _registry: Registry | None = None
@@ -84,5 +135,5 @@ def get_registry() -> Registry:
         from django.conf import settings
 
         extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
-        _registry = build_registry(extra)
+        _registry = build_registry(extra, settings.NEXOPOLL_PLUGINS_DIR)
     return _registry

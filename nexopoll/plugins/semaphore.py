@@ -1,0 +1,61 @@
+"""A counting semaphore in Redis: ``max_concurrent_ticks`` across every worker process.
+
+Holders live in a sorted set scored by their expiry (Redis server time), so a
+holder that dies without releasing frees its slot when its TTL passes. Acquire
+and release are single Lua scripts; release removes only the caller's token.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from nexopoll.core.contract import CancelToken
+
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+  return 1
+end
+return 0
+"""
+
+
+def key(plugin_id: str) -> str:
+    return f"nexopoll:plugin:sem:{plugin_id}"
+
+
+class Semaphore:
+    def __init__(self, client, plugin_id: str, limit: int, ttl_ms: int) -> None:
+        self.client = client
+        self.key = key(plugin_id)
+        self.limit = limit
+        self.ttl_ms = ttl_ms
+        self._acquire = client.register_script(_ACQUIRE)
+
+    def try_acquire(self) -> str | None:
+        token = uuid.uuid4().hex
+        ok = self._acquire(keys=[self.key], args=[self.limit, self.ttl_ms, token])
+        return token if ok else None
+
+    def acquire(self, deadline: float, cancel: CancelToken | None = None) -> str | None:
+        """Wait for a slot until ``deadline`` (monotonic seconds); None if none came free."""
+        pause = 0.005
+        while True:
+            token = self.try_acquire()
+            if token is not None:
+                return token
+            if time.monotonic() + pause >= deadline or (cancel is not None and cancel.cancelled):
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def release(self, token: str) -> None:
+        self.client.zrem(self.key, token)
+
+    def holders(self) -> int:
+        return int(self.client.zcard(self.key))

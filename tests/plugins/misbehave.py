@@ -1,0 +1,134 @@
+"""A test plugin speaking the raw wire (no SDK), misbehaving as ``config.mode`` says.
+
+Modes: ok (cursor += 1, delivers one item), error (reply config.code), bare (a
+reply without the envelope), hang (spawn a grandchild, then sleep forever), exit,
+segv, non_json, wrong_id, both, nan, deep, huge (config.mb MB without newline),
+env (return os.environ as cursor), flood (config.mb MB to stderr, then reply),
+reverse (every reverse call, then ok), deliver_fail (deliver, then error -32001),
+slow (sleep config.secs, record concurrency in a file).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import base64
+
+out_lock = threading.Lock()
+waiters = {}
+
+
+def send(obj):
+    data = (json.dumps(obj) + "\n").encode()
+    with out_lock:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+
+def raw(data: bytes):
+    with out_lock:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+
+def call(method, params):
+    import queue
+
+    rid = f"r{time.monotonic_ns()}"
+    q = queue.Queue()
+    waiters[rid] = q
+    send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    return q.get(timeout=20)
+
+
+def b64(s: bytes) -> str:
+    return base64.urlsafe_b64encode(s).rstrip(b"=").decode()
+
+
+def tick(msg):
+    p = msg["params"]
+    cfg = p.get("config") or {}
+    mode = cfg.get("mode", "ok")
+    mid = msg["id"]
+    tid = p["tick_id"]
+    ok = lambda cursor: send({"jsonrpc": "2.0", "id": mid, "result": {
+        "next_cursor": b64(cursor), "metrics": {"items_seen": 1, "items_dispatched": 1}}})
+    last = int(base64.urlsafe_b64decode(p["cursor"] + "==") or b"0") if p.get("cursor") else 0
+    if mode == "ok":
+        if cfg.get("deliver"):
+            call("deliver", {"tick_id": tid, "channel": "log", "to": "ops",
+                             "payload": {"text": f"item {last + 1}", "item_id": last + 1}})
+        ok(str(last + 1).encode())
+    elif mode == "error":
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": cfg["code"], "message": "boom"}})
+    elif mode == "bare":
+        send({"next_cursor": b64(b"9"), "next_interval_secs": 5})
+    elif mode == "hang":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open(cfg["pidfile"], "w") as f:
+            f.write(f"{os.getpid()} {child.pid}")
+        time.sleep(600)
+    elif mode == "exit":
+        sys.stderr.write("fatal: giving up\n" * 10000)
+        sys.stderr.flush()
+        os._exit(1)
+    elif mode == "segv":
+        sys.stderr.write("about to crash\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif mode == "non_json":
+        raw(b"this is not json\n")
+    elif mode == "wrong_id":
+        send({"jsonrpc": "2.0", "id": mid + 1000, "result": {}})
+    elif mode == "both":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}, "error": {"code": -32001, "message": "x"}})
+    elif mode == "nan":
+        raw(b'{"jsonrpc":"2.0","id":%d,"result":{"next_interval_secs":NaN}}\n' % mid)
+    elif mode == "deep":
+        raw(b"[" * 10000 + b"]" * 10000 + b"\n")
+    elif mode == "huge":
+        chunk = b"x" * (1 << 20)
+        for _ in range(cfg.get("mb", 10)):
+            raw(chunk)
+        time.sleep(600)
+    elif mode == "env":
+        ok(json.dumps(dict(os.environ)).encode())
+    elif mode == "flood":
+        line = b"e" * 1023 + b"\n"
+        for _ in range(cfg.get("mb", 100) * 1024):
+            sys.stderr.buffer.write(line)
+        ok(b"flooded")
+    elif mode == "reverse":
+        creds = call("credentials_get", {"tick_id": tid, "channel": "webhook"})
+        send({"jsonrpc": "2.0", "method": "log", "params": {"tick_id": tid, "level": "info",
+              "message": "token is " + str(creds.get("result", {}).get("token")), "fields": {}}})
+        send({"jsonrpc": "2.0", "method": "metric_inc",
+              "params": {"tick_id": tid, "name": "m", "labels": {"a": "b"}}})
+        llm = call("llm_invoke", {"tick_id": tid, "request": {"prompt": "hi"}})
+        bad = call("no_such_method", {"tick_id": tid})
+        dl = call("deliver", {"tick_id": tid, "channel": "log", "to": "ops", "payload": {"n": 1}})
+        ok(json.dumps({"creds": creds, "llm": llm, "bad": bad, "deliver": dl}).encode())
+    elif mode == "deliver_fail":
+        call("deliver", {"tick_id": tid, "channel": "log", "to": "ops", "payload": {"n": 1}})
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32001, "message": "after deliver"}})
+    elif mode == "slow":
+        path = cfg["probe"]
+        with open(path, "a") as f:
+            f.write(f"+ {os.getpid()} {time.time()}\n")
+        time.sleep(cfg.get("secs", 0.5))
+        with open(path, "a") as f:
+            f.write(f"- {os.getpid()} {time.time()}\n")
+        ok(b"1")
+
+
+for line in sys.stdin.buffer:
+    if not line.strip():
+        continue
+    msg = json.loads(line)
+    if msg.get("method") == "poll_tick":
+        threading.Thread(target=tick, args=(msg,), daemon=True).start()
+    elif msg.get("id") in waiters:
+        waiters.pop(msg["id"]).put(msg)
