@@ -228,7 +228,7 @@ class PluginProcess:
     def stderr_tail(self, chars: int = 500) -> str:
         """The last ``chars`` characters of stderr (redacted), from a ≤64 KiB buffer."""
         text = bytes(self._tail).decode("utf-8", "replace")
-        return self.redact(text[-chars:]).strip()
+        return self.redact(text)[-chars:].strip()
 
     def describe_exit(self, what: str) -> str:
         code = self.proc.poll()

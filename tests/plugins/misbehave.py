@@ -73,6 +73,8 @@ def tick(msg):
         time.sleep(600)
     elif mode == "exit":
         sys.stderr.write("fatal: giving up\n" * 10000)
+        if cfg.get("leak"):
+            sys.stderr.write(f"token={os.environ.get('PLUGIN_TOKEN')}\n")
         sys.stderr.flush()
         os._exit(1)
     elif mode == "segv":
