@@ -179,7 +179,8 @@ def ack_from_result(value: Any, plugin: str) -> TickAck:
         raise ProtocolError(f"plugin {plugin}: unknown result keys {sorted(unknown)}")
     cursor = value.get("next_cursor")
     interval = value.get("next_interval_secs")
-    metrics = value.get("metrics") or {}
+    metrics = value.get("metrics")
+    metrics = {} if metrics is None else metrics
     if interval is not None and not _count(interval):
         raise ProtocolError(f"plugin {plugin}: next_interval_secs must be a non-negative integer")
     if not isinstance(metrics, dict) or not all(

@@ -48,7 +48,9 @@ def run_tick(proc: PluginProcess, ctx: PollContext, timeout: float) -> TickAck:
         while True:
             now = time.monotonic()
             if now >= deadline or ctx.cancel.cancelled:
-                why = ctx.cancel.reason if ctx.cancel.cancelled else f"timed out after {timeout:.1f}s"
+                why = (
+                    ctx.cancel.reason if ctx.cancel.cancelled else f"timed out after {timeout:.1f}s"
+                )
                 proc.fail(PluginTimeout(f"plugin {plugin}: tick {why}"))
                 raise PluginTimeout(
                     f"plugin {plugin}: tick {why}; its process group was killed"

@@ -31,7 +31,7 @@ def manifest_text(plugin_id: str, kinds: list[str], *, lifecycle: str = "long_li
     return (
         f'[plugin]\nid = "{plugin_id}"\n\n[plugin.entrypoint]\ncommand = "{command}"\n'
         f"args = {args!r}\nenv = {{ {env_line} }}\n\n[plugin.poller]\n"
-        f"kinds = {kinds!r}\nlifecycle = \"{lifecycle}\"\n"
+        f'kinds = {kinds!r}\nlifecycle = "{lifecycle}"\n'
         f"max_concurrent_ticks = {max_concurrent}\ntick_timeout_secs = {timeout}\n"
     ).replace("'", '"')
 

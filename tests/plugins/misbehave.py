@@ -8,6 +8,7 @@ reverse (every reverse call, then ok), deliver_fail (deliver, then error -32001)
 slow (sleep config.secs, record concurrency in a file).
 """
 
+import base64
 import json
 import os
 import signal
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import base64
 
 out_lock = threading.Lock()
 waiters = {}
@@ -54,13 +54,31 @@ def tick(msg):
     mode = cfg.get("mode", "ok")
     mid = msg["id"]
     tid = p["tick_id"]
-    ok = lambda cursor: send({"jsonrpc": "2.0", "id": mid, "result": {
-        "next_cursor": b64(cursor), "metrics": {"items_seen": 1, "items_dispatched": 1}}})
+
+    def ok(cursor):
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": mid,
+                "result": {
+                    "next_cursor": b64(cursor),
+                    "metrics": {"items_seen": 1, "items_dispatched": 1},
+                },
+            }
+        )
+
     last = int(base64.urlsafe_b64decode(p["cursor"] + "==") or b"0") if p.get("cursor") else 0
     if mode == "ok":
         if cfg.get("deliver"):
-            call("deliver", {"tick_id": tid, "channel": "log", "to": "ops",
-                             "payload": {"text": f"item {last + 1}", "item_id": last + 1}})
+            call(
+                "deliver",
+                {
+                    "tick_id": tid,
+                    "channel": "log",
+                    "to": "ops",
+                    "payload": {"text": f"item {last + 1}", "item_id": last + 1},
+                },
+            )
         ok(str(last + 1).encode())
     elif mode == "error":
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": cfg["code"], "message": "boom"}})
@@ -105,10 +123,25 @@ def tick(msg):
         ok(b"flooded")
     elif mode == "reverse":
         creds = call("credentials_get", {"tick_id": tid, "channel": "webhook"})
-        send({"jsonrpc": "2.0", "method": "log", "params": {"tick_id": tid, "level": "info",
-              "message": "token is " + str(creds.get("result", {}).get("token")), "fields": {}}})
-        send({"jsonrpc": "2.0", "method": "metric_inc",
-              "params": {"tick_id": tid, "name": "m", "labels": {"a": "b"}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "method": "log",
+                "params": {
+                    "tick_id": tid,
+                    "level": "info",
+                    "message": "token is " + str(creds.get("result", {}).get("token")),
+                    "fields": {},
+                },
+            }
+        )
+        send(
+            {
+                "jsonrpc": "2.0",
+                "method": "metric_inc",
+                "params": {"tick_id": tid, "name": "m", "labels": {"a": "b"}},
+            }
+        )
         llm = call("llm_invoke", {"tick_id": tid, "request": {"prompt": "hi"}})
         bad = call("no_such_method", {"tick_id": tid})
         dl = call("deliver", {"tick_id": tid, "channel": "log", "to": "ops", "payload": {"n": 1}})

@@ -1,4 +1,4 @@
-"""RELIABILITY.md rows 40–45: hang, crash, garbage, huge output, env, stderr flood."""
+"""RELIABILITY.md rows 40-45: hang, crash, garbage, huge output, env, stderr flood."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def transient_only(exc: BaseException) -> bool:
 def test_40_hang_with_grandchild_is_killed_as_a_group_at_its_timeout(plugin, lifecycle, tmp_path):
     p = plugin(lifecycle=lifecycle, timeout=1)
     pidfile = tmp_path / "pids"
-    with pytest.raises(PluginTimeout, match="timed out after 1.0s") as info:
+    with pytest.raises(PluginTimeout, match=r"timed out after 1\.0s") as info:
         p.tick(make_ctx("misbehave", {"mode": "hang", "pidfile": str(pidfile)}))
     assert transient_only(info.value)
     leader, grandchild = map(int, pidfile.read_text().split())

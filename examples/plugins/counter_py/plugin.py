@@ -21,9 +21,7 @@ def handle(tick):
         tick.deliver(target["channel"], target["to"], {"text": f"{label} #{n}", "item_id": n})
     tick.metric_inc("counter_py_items", job=tick.job_id)
     tick.log("info", "counted", upto=last + batch)
-    return Result(
-        next_cursor=str(last + batch).encode(), items_seen=batch, items_dispatched=batch
-    )
+    return Result(next_cursor=str(last + batch).encode(), items_seen=batch, items_dispatched=batch)
 
 
 if __name__ == "__main__":
