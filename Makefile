@@ -87,7 +87,11 @@ browser-deps:
 	    (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || \
 	    echo "WARNING: could not install chromium: the browser tests will be SKIPPED"; }
 
-test: venv redis-bin browser-deps
+# The example entry-point package (examples/) is installed so its tests and kind run.
+example-packages: venv
+	$(PY) -m pip install -q --no-deps ./examples/nexopoll-example-poller
+
+test: venv redis-bin browser-deps example-packages
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The DB suite (runtime and integration tests: everything that touches the DB,

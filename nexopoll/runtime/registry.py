@@ -137,3 +137,9 @@ def get_registry() -> Registry:
         extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
         _registry = build_registry(extra, settings.NEXOPOLL_PLUGINS_DIR)
     return _registry
+
+
+def reset_registry() -> None:
+    """Forget the process-wide registry (it is rebuilt from settings on next use)."""
+    global _registry
+    _registry = None

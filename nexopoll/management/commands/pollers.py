@@ -67,6 +67,8 @@ class Command(BaseCommand):
         p.add_argument("--held", action="store_true")
         p.add_argument("--force", action="store_true", help="also re-send rows already sent")
         p.add_argument("--json", action="store_true")
+        p = sub.add_parser("plugins", help="subprocess plugins: manifests, kinds and state")
+        p.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         verb = opts["verb"]
@@ -196,7 +198,13 @@ class Command(BaseCommand):
     def do_check(self, **opts: Any) -> None:
         from nexopoll.checks import run_checks
 
-        errors, warnings = run_checks(now=timezone.now())
+        plugin_errors = _plugin_problems()
+        try:
+            errors, warnings = run_checks(now=timezone.now())
+        except RuntimeError as exc:  # the registry cannot be built: bad plugins say why
+            errors, warnings = [] if plugin_errors else [str(exc)], []
+            warnings.append("pollers.yaml not checked: fix the plugin manifests first")
+        errors += plugin_errors
         for w in warnings:
             self.stdout.write(f"warning: {w}")
         for e in errors:
@@ -292,3 +300,33 @@ class Command(BaseCommand):
         if opts["json"]:
             return self._json({"requeued": ids})
         self.stdout.write(f"requeued {len(ids)} row(s)" + "".join(f"\n  {i}" for i in ids))
+
+    def do_plugins(self, **opts: Any) -> None:
+        from django.conf import settings
+
+        from nexopoll.plugins.status import rows
+        from nexopoll.runtime.redis import get_redis
+
+        plugins_dir = settings.NEXOPOLL_PLUGINS_DIR
+        found = rows(plugins_dir, get_redis())
+        if opts["json"]:
+            return self._json(found)
+        if not found:
+            self.stdout.write(f"(no plugin manifests in {plugins_dir})")
+        for r in found:
+            running = r.get("ticks_running")
+            busy = f"  running={running}/{r['max_concurrent_ticks']}" if running is not None else ""
+            self.stdout.write(
+                f"{r['id'] or '?'}  {r['lifecycle'] or '-'}  kinds={','.join(r['kinds']) or '-'}"
+                f"{busy}  {r['state']}\n    {r['path']}"
+            )
+        if any(r["state"] != "ok" for r in found):
+            raise CommandError("some plugin manifests are invalid")
+
+
+def _plugin_problems() -> list[str]:
+    from django.conf import settings
+
+    from nexopoll.plugins.status import problems
+
+    return problems(settings.NEXOPOLL_PLUGINS_DIR)
