@@ -52,6 +52,12 @@ def tick(msg):
     p = msg["params"]
     cfg = p.get("config") or {}
     mode = cfg.get("mode", "ok")
+    if cfg.get("mode_file") and os.path.exists(cfg["mode_file"]):
+        with open(cfg["mode_file"]) as f:
+            mode = f.read().strip() or mode
+    target = cfg.get("deliver")
+    if not isinstance(target, dict):
+        target = {"channel": "log", "to": "ops"}
     mid = msg["id"]
     tid = p["tick_id"]
 
@@ -74,8 +80,8 @@ def tick(msg):
                 "deliver",
                 {
                     "tick_id": tid,
-                    "channel": "log",
-                    "to": "ops",
+                    "channel": target["channel"],
+                    "to": target["to"],
                     "payload": {"text": f"item {last + 1}", "item_id": last + 1},
                 },
             )
@@ -147,7 +153,9 @@ def tick(msg):
         dl = call("deliver", {"tick_id": tid, "channel": "log", "to": "ops", "payload": {"n": 1}})
         ok(json.dumps({"creds": creds, "llm": llm, "bad": bad, "deliver": dl}).encode())
     elif mode == "deliver_fail":
-        call("deliver", {"tick_id": tid, "channel": "log", "to": "ops", "payload": {"n": 1}})
+        payload = {"text": "must not be sent", "item_id": 999}
+        params = {"tick_id": tid, "channel": target["channel"], "to": target["to"]}
+        call("deliver", {**params, "payload": payload})
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32001, "message": "after deliver"}})
     elif mode == "slow":
         path = cfg["probe"]
