@@ -72,3 +72,48 @@ def test_long_lived_plugin_serves_many_ticks_from_one_process(plugin):
     for _ in range(5):
         p.tick(make_ctx("misbehave", {}))
     assert p.long_lived.proc.pid == pid
+
+
+def test_long_lived_plugin_is_stopped_cleanly_when_its_manifest_changes(plugin):
+    p = plugin(lifecycle="long_lived")
+    p.tick(make_ctx("misbehave", {}))
+    old = p.long_lived.proc
+    path = p.manifest.path
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:  # a reload: same kinds, new settings
+        f.write(text.replace("tick_timeout_secs = 10", "tick_timeout_secs = 20"))
+    ack = p.tick(make_ctx("misbehave", {}))
+    assert ack.next_cursor == b"1"
+    assert p.long_lived.proc.pid != old.pid and p.long_lived.manifest.tick_timeout_secs == 20
+    assert old.proc.returncode == 0  # it saw EOF on stdin and exited by itself
+
+
+def test_long_lived_manifest_change_of_kinds_asks_for_a_worker_restart(plugin):
+    p = plugin(lifecycle="long_lived")
+    p.tick(make_ctx("misbehave", {}))
+    with open(p.manifest.path) as f:
+        text = f.read()
+    with open(p.manifest.path, "w") as f:
+        f.write(text.replace('kinds = ["misbehave"]', 'kinds = ["other_kind"]'))
+    with pytest.raises(TransientError, match="restart the workers"):
+        p.tick(make_ctx("misbehave", {}))
+
+
+def test_stop_all_stops_long_lived_processes_cleanly(plugin):
+    from nexopoll.plugins.poller import stop_all
+
+    p = plugin(lifecycle="long_lived")
+    p.tick(make_ctx("misbehave", {}))
+    proc = p.long_lived.proc
+    stop_all()
+    assert proc.proc.returncode == 0 and not proc.alive
+
+
+def test_a_failed_tick_leaves_its_deliveries_with_the_host_only(plugin):
+    """The proxy hands deliveries to the host and raises: the runtime discards them."""
+    p = plugin(lifecycle="ephemeral")
+    host = RecordingHost()
+    with pytest.raises(TransientError, match="after deliver"):
+        p.tick(make_ctx("misbehave", {"mode": "deliver_fail"}, host=host))
+    assert len(host.deliveries) == 1  # recorded, but the tick failed: tick.py drops them
