@@ -8,11 +8,25 @@ from __future__ import annotations
 
 from nexopoll.core.contract import Poller
 
+from .agent_turn import AgentTurnPoller
 from .gmail import GmailPoller
 from .google_calendar import GoogleCalendarPoller
 from .rss import RssPoller
 from .webhook_poll import WebhookPollPoller
 
-BUILTINS: list[type[Poller]] = [WebhookPollPoller, GmailPoller, GoogleCalendarPoller, RssPoller]
+BUILTINS: list[type[Poller]] = [
+    WebhookPollPoller,
+    GmailPoller,
+    GoogleCalendarPoller,
+    RssPoller,
+    AgentTurnPoller,
+]
 
-__all__ = ["BUILTINS", "GmailPoller", "GoogleCalendarPoller", "RssPoller", "WebhookPollPoller"]
+__all__ = [
+    "BUILTINS",
+    "AgentTurnPoller",
+    "GmailPoller",
+    "GoogleCalendarPoller",
+    "RssPoller",
+    "WebhookPollPoller",
+]

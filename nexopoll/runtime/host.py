@@ -9,7 +9,7 @@ from typing import Any
 
 from nexopoll.channels import get_channel
 from nexopoll.core.config import expand_env
-from nexopoll.core.errors import ConfigError, CredentialsMissingError, PermanentError
+from nexopoll.core.errors import ConfigError, CredentialsMissingError
 
 log = logging.getLogger("nexopoll.poller")
 
@@ -64,7 +64,12 @@ class TickHost:
         log.debug("poller.metric job=%s %s %s", self.job_id, name, labels)
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
-        raise PermanentError("no LLM provider is configured in this build")
+        from django.conf import settings
+
+        from . import llm
+
+        providers = llm.load_settings(settings.NEXOPOLL_CONFIG, self.env)
+        return llm.invoke(request, settings=providers, env=self.env)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         self.post_commit.append(callback)
