@@ -1,11 +1,12 @@
 """``host.llm_invoke``: one chat-completions call to an OpenAI-compatible provider.
 
 The providers come from the ``llm:`` section of ``NEXOPOLL_CONFIG`` (re-read when the
-file changes). The base URL is operator-set and trusted, so it is called directly
-(loopback allowed), never following redirects. Errors: a timeout or connection
-failure, 429 and 5xx are transient (``Retry-After`` honoured); 401 and 403 are
-permanent; any other non-2xx is permanent; a malformed reply is transient. The API
-key never appears in a message.
+file changes). The base URL is operator-set and trusted, so private and loopback
+addresses are allowed; redirects are never followed; the provider's ``timeout_secs``
+is a total deadline (connect, headers and body) and the reply is capped at 4 MiB.
+Errors: a timeout or connection failure, 429 and 5xx are transient (``Retry-After``
+honoured); 401 and 403 are permanent; any other non-2xx is permanent; a malformed
+reply is transient. The API key never appears in a message.
 """
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-import requests
-
 from nexopoll.core.errors import (
     ConfigError,
     CredentialsMissingError,
     PermanentError,
+    PollerError,
     TransientError,
 )
 from nexopoll.core.llmconfig import LlmSettings, check_request, parse_llm, reply_from_json
 from nexopoll.core.redact import redact
 from nexopoll.core.yamlsrc import YamlSourceError, load_yaml
+from nexopoll.net import http
 
 log = logging.getLogger("nexopoll.llm")
 MAX_REPLY_BYTES = 4 << 20
@@ -36,7 +37,6 @@ MAX_RETRY_AFTER_SECS = 3600
 
 _lock = threading.Lock()
 _cache: dict[str, Any] = {"stamp": None, "settings": None}
-_session = threading.local()
 
 
 def load_settings(path: str, env: Mapping[str, str]) -> LlmSettings | None:
@@ -66,15 +66,6 @@ def load_settings(path: str, env: Mapping[str, str]) -> LlmSettings | None:
     return settings
 
 
-def _http() -> requests.Session:
-    s = getattr(_session, "s", None)
-    if s is None:
-        s = requests.Session()
-        s.trust_env = False  # no proxy or netrc from the environment
-        _session.s = s
-    return s
-
-
 def invoke(request: dict[str, Any], *, settings: LlmSettings | None, env: Mapping[str, str]):
     """Call the provider; return ``{content, model_id, usage, finish_reason}``."""
     provider, body = check_request(request, settings)
@@ -86,25 +77,25 @@ def invoke(request: dict[str, Any], *, settings: LlmSettings | None, env: Mappin
     secrets = {key}
     where = f"llm provider {provider.name} ({body['model']})"
     try:
-        resp = _http().post(
+        resp = http.fetch(
+            "POST",
             provider.chat_url,
-            json=body,
             headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
-            timeout=provider.timeout_secs,
-            allow_redirects=False,
-            stream=True,
+            secret_headers=("Authorization",),
+            json=body,
+            allow_private=True,  # the base URL is operator-set and trusted
+            max_bytes=MAX_REPLY_BYTES,
+            deadline_secs=provider.timeout_secs,  # total: a slow drip cannot hold the tick
+            max_redirects=0,
         )
-    except requests.Timeout:
+    except http.DeadlineExceededError:
         raise TransientError(f"{where} timed out after {provider.timeout_secs:g}s") from None
-    except requests.RequestException as exc:
-        raise TransientError(redact(f"{where} unreachable: {exc}", secrets)[:500]) from None
-    try:
-        raw = _read(resp, where, provider.timeout_secs)
-    finally:
-        resp.close()
-    status = resp.status_code
+    except PollerError as exc:
+        cls = PermanentError if isinstance(exc, PermanentError) else TransientError
+        raise cls(redact(f"{where}: {exc}", secrets)[:500]) from None
+    status = resp.status
     if status >= 300:
-        detail = redact(raw[:300].decode("utf-8", "replace"), secrets)
+        detail = redact(resp.body[:300].decode("utf-8", "replace"), secrets)
         message = f"{where} answered HTTP {status}: {detail}"
         if status in (401, 403):
             raise PermanentError(message + " (check the API key)")
@@ -112,25 +103,12 @@ def invoke(request: dict[str, Any], *, settings: LlmSettings | None, env: Mappin
             raise TransientError(message, retry_after=_retry_after(resp.headers))
         raise PermanentError(message)
     try:
-        reply = reply_from_json(json.loads(raw), provider.name)
+        reply = reply_from_json(json.loads(resp.body), provider.name)
     except ValueError as exc:
         raise TransientError(f"{where} sent a malformed reply: {str(exc)[:200]}") from None
     log.info("llm.invoke provider=%s model=%s tokens=%s", provider.name, reply["model_id"],
              reply["usage"]["total_tokens"])  # fmt: skip
     return reply
-
-
-def _read(resp: requests.Response, where: str, timeout: float) -> bytes:
-    chunks, size = [], 0
-    try:
-        for chunk in resp.iter_content(65536):
-            size += len(chunk)
-            if size > MAX_REPLY_BYTES:
-                raise TransientError(f"{where} sent a reply over {MAX_REPLY_BYTES} bytes")
-            chunks.append(chunk)
-    except requests.RequestException:
-        raise TransientError(f"{where} timed out after {timeout:g}s reading the reply") from None
-    return b"".join(chunks)
 
 
 def _retry_after(headers: Mapping[str, str]) -> timedelta | None:

@@ -152,6 +152,12 @@ def tick(msg):
         bad = call("no_such_method", {"tick_id": tid})
         dl = call("deliver", {"tick_id": tid, "channel": "log", "to": "ops", "payload": {"n": 1}})
         ok(json.dumps({"creds": creds, "llm": llm, "bad": bad, "deliver": dl}).encode())
+    elif mode == "llm":
+        answer = call("llm_invoke", {"tick_id": tid, "request": cfg["request"]})
+        if "error" in answer:
+            send({"jsonrpc": "2.0", "id": mid, "error": answer["error"]})
+        else:
+            ok(answer["result"]["content"].encode())
     elif mode == "deliver_fail":
         payload = {"text": "must not be sent", "item_id": 999}
         params = {"tick_id": tid, "channel": target["channel"], "to": target["to"]}

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from ..bindings import BUILTIN_BINDING_SCHEMAS, BindingSchemas
 from ..envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_strings
 from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE
+from ..llmconfig import check_llm_section
 from ..schedule import MAX_EVERY_SECS
 from ..yamlsrc import SourceDoc, YamlSourceError, load_yaml
 from .agents import KnownAgents, file_error, load_agents
@@ -123,6 +124,7 @@ def load_config(
     if doc.value is None:
         return LoadedConfig(PollersSettings(enabled=False), {}, {}, [])
     _check_top_level(doc, source)
+    check_llm_section(doc, source, env)  # the top-level llm: section (core/llmconfig.py)
     settings, raw_jobs = _load_settings(doc, source)
     schemas = BUILTIN_BINDING_SCHEMAS if channels is None else channels
     agents, bad_agents, issues = load_agents(doc, source, env, schemas)
@@ -140,7 +142,7 @@ def _check_top_level(doc: SourceDoc, source: str) -> None:
         raise file_error(
             doc, source, (), "", "top level must be a mapping with 'pollers:' (and 'agents:')"
         )
-    unknown = [key for key in root if key not in ("pollers", "agents")]
+    unknown = [key for key in root if key not in ("pollers", "agents", "llm")]
     if unknown:
         raise ConfigFileError(
             [
@@ -149,7 +151,7 @@ def _check_top_level(doc: SourceDoc, source: str) -> None:
                     doc.line_of((key,)),
                     None,
                     key,
-                    "unknown top-level key (allowed: agents, pollers)",
+                    "unknown top-level key (allowed: agents, llm, pollers)",
                 )
                 for key in unknown
             ]
