@@ -50,6 +50,7 @@ class LongLivedPlugin:
         self.restarts = 0
         self._lock = threading.Lock()
         self._stamp = _stamp(manifest.path)
+        self._version: str | None = None  # the reload version the process started under
 
     @property
     def state(self) -> str:
@@ -59,9 +60,17 @@ class LongLivedPlugin:
             return f"restarting (failures={self.failures})"
         return "not started"
 
-    def process(self) -> PluginProcess:
+    def process(self, version: str | None = None) -> PluginProcess:
+        """The running process; (re)started when it died, after a reload or a manifest edit."""
         with self._lock:
             self._reload_if_changed()
+            if version is not None and version != self._version and self.proc is not None:
+                if self._version is not None:
+                    log.info("plugin.reload id=%s: pollers reload, stopping the old process",
+                             self.manifest.plugin_id)  # fmt: skip
+                    self._stop_locked()
+            if version is not None:
+                self._version = version
             proc = self.proc
             if proc is not None and proc.alive:
                 return proc
@@ -148,7 +157,7 @@ class PluginPoller(Poller):
             timeout = min(timeout, remaining)
         deadline = time.monotonic() + timeout
         sem = Semaphore(self._redis(), m.plugin_id, m.max_concurrent_ticks,
-                        int((m.tick_timeout_secs + 10) * 1000))  # fmt: skip
+                        int((m.tick_timeout_secs + 10) * 1000), _version_key())  # fmt: skip
         token = sem.acquire(deadline, ctx.cancel)
         if token is None:
             raise TransientError(
@@ -158,7 +167,7 @@ class PluginPoller(Poller):
         try:
             left = max(0.0, deadline - time.monotonic())
             if self.long_lived is not None:
-                ack = run_tick(self.long_lived.process(), ctx, left)
+                ack = run_tick(self.long_lived.process(sem.version), ctx, left)
                 self.long_lived.succeeded()
                 return ack
             proc = PluginProcess(m, self.options.limits, os.environ)
@@ -215,6 +224,12 @@ def stop_all() -> None:
             p.stop()
         except Exception:
             log.warning("plugin.stop_failed id=%s", p.manifest.plugin_id, exc_info=True)
+
+
+def _version_key() -> str:
+    from nexopoll.runtime.keys import version_key
+
+    return version_key()
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

@@ -3,6 +3,9 @@
 Holders live in a sorted set scored by their expiry (Redis server time), so a
 holder that dies without releasing frees its slot when its TTL passes. Acquire
 and release are single Lua scripts; release removes only the caller's token.
+Acquiring also reads the reload version (``keys.version_key``, bumped when a
+``pollers reload`` changes the schedule) in the same round trip, so long-lived
+plugins can restart on reload without an extra Redis call per tick.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ _ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local version = redis.call('GET', KEYS[2]) or ''
 if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-  return 1
+  return {1, version}
 end
-return 0
+return {0, version}
 """
 
 
@@ -30,16 +34,23 @@ def key(plugin_id: str) -> str:
 
 
 class Semaphore:
-    def __init__(self, client, plugin_id: str, limit: int, ttl_ms: int) -> None:
+    def __init__(
+        self, client, plugin_id: str, limit: int, ttl_ms: int, version_key: str = ""
+    ) -> None:
         self.client = client
         self.key = key(plugin_id)
+        self.version_key = version_key or self.key + ":noversion"
+        self.version: str | None = None  # the reload version seen at the last acquire
         self.limit = limit
         self.ttl_ms = ttl_ms
         self._acquire = client.register_script(_ACQUIRE)
 
     def try_acquire(self) -> str | None:
         token = uuid.uuid4().hex
-        ok = self._acquire(keys=[self.key], args=[self.limit, self.ttl_ms, token])
+        ok, version = self._acquire(
+            keys=[self.key, self.version_key], args=[self.limit, self.ttl_ms, token]
+        )
+        self.version = version.decode() if isinstance(version, bytes) else str(version)
         return token if ok else None
 
     def acquire(self, deadline: float, cancel: CancelToken | None = None) -> str | None:

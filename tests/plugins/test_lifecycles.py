@@ -117,3 +117,17 @@ def test_a_failed_tick_leaves_its_deliveries_with_the_host_only(plugin):
     with pytest.raises(TransientError, match="after deliver"):
         p.tick(make_ctx("misbehave", {"mode": "deliver_fail"}, host=host))
     assert len(host.deliveries) == 1  # recorded, but the tick failed: tick.py drops them
+
+
+def test_long_lived_plugin_is_stopped_cleanly_on_pollers_reload(plugin, redis_client):
+    from nexopoll.runtime.keys import version_key
+
+    p = plugin(lifecycle="long_lived")
+    p.tick(make_ctx("misbehave", {}))
+    p.tick(make_ctx("misbehave", {}))
+    old = p.long_lived.proc
+    assert old.alive  # no reload yet: the same process serves
+    redis_client.incr(version_key())  # what a reload that changed the schedule does
+    assert p.tick(make_ctx("misbehave", {})).next_cursor == b"1"
+    assert p.long_lived.proc.pid != old.pid
+    assert old.proc.returncode == 0  # stopped by closing its stdin, not killed
