@@ -69,8 +69,9 @@ def run_tick(proc: PluginProcess, ctx: PollContext, timeout: float) -> TickAck:
             if item.is_request:
                 answer(proc, item, ctx)
                 continue
-            if item.error is not None:
-                raise jsonrpc.error_for(item.error, plugin)
+            if item.error is not None:  # never a success; its text may echo a secret
+                message = proc.redact(str(item.error.get("message") or ""))
+                raise jsonrpc.error_for({**item.error, "message": message}, plugin)
             try:
                 return jsonrpc.ack_from_result(item.result, plugin)
             except jsonrpc.ProtocolError as exc:

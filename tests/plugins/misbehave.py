@@ -87,7 +87,8 @@ def tick(msg):
             )
         ok(str(last + 1).encode())
     elif mode == "error":
-        send({"jsonrpc": "2.0", "id": mid, "error": {"code": cfg["code"], "message": "boom"}})
+        text = "boom " + os.environ.get("PLUGIN_TOKEN", "") if cfg.get("leak") else "boom"
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": cfg["code"], "message": text}})
     elif mode == "bare":
         send({"next_cursor": b64(b"9"), "next_interval_secs": 5})
     elif mode == "hang":

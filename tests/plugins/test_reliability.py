@@ -184,3 +184,11 @@ def test_45_stderr_flood_while_replying_does_not_deadlock(plugin, lifecycle, cap
     # the log got a rate-limited trickle, not 100k lines
     assert len([r for r in caplog.records if "plugin.stderr" in r.getMessage()]) < 200
     assert os.getpid()  # the host is alive and well
+
+
+def test_41_a_secret_echoed_in_an_error_reply_is_masked(plugin, monkeypatch):
+    monkeypatch.setenv("NEXOPOLL_TEST_PLUGIN_TOKEN", CANARY)
+    p = plugin(lifecycle="ephemeral", env={"PLUGIN_TOKEN": "${NEXOPOLL_TEST_PLUGIN_TOKEN}"})
+    with pytest.raises(PermanentError) as info:
+        p.tick(make_ctx("misbehave", {"mode": "error", "code": -32002, "leak": True}))
+    assert CANARY not in str(info.value) and "boom ***" in str(info.value)
