@@ -218,10 +218,16 @@ def pause_job(job_id: str, *, reason: str = "paused by operator") -> None:
 
 
 def resume_job(job_id: str) -> None:
+    """Unpause and close the breaker: the job starts over with a clean error count.
+
+    Leaving ``consecutive_errors`` at the threshold would re-open the breaker on
+    the first transient error after a resume.
+    """
     _require(job_id)
     PollState.objects.filter(job_id=job_id).update(
-        paused=False, paused_reason="", breaker_open_until=None, breaker_trial_at=None
-    )
+        paused=False, paused_reason="", consecutive_errors=0, breaker_open_until=None,
+        breaker_trips=0, breaker_trial_at=None,
+    )  # fmt: skip
 
 
 def reset_job(job_id: str) -> None:

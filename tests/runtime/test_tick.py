@@ -184,3 +184,25 @@ def test_reset_clears_cursor_errors_and_bumps_epoch(cfg, redis_client):
     services.reset_job("a")
     s = st("a")
     assert s.cursor is None and s.consecutive_errors == 0 and s.epoch == before + 1
+
+
+def test_resume_resets_errors_and_breaker_so_one_error_does_not_reopen_it(cfg, redis_client):
+    cfg.write([scripted("a")], breaker_threshold=2)
+    cfg.reload()
+    redis_client.set("test:mode:a", "transient")
+    now = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+    tick_job("a", now=now)
+    tick_job("a", now=now + timedelta(seconds=1))
+    s = st("a")
+    assert s.consecutive_errors == 2 and s.breaker_open_until is not None and s.breaker_trips == 1
+    services.pause_job("a")
+    services.resume_job("a")
+    s = st("a")
+    assert not s.paused and s.consecutive_errors == 0 and s.breaker_trips == 0
+    assert s.breaker_open_until is None and s.breaker_trial_at is None
+    later = now + timedelta(seconds=2)
+    report = tick_job("a", now=later)  # still failing: the first error after the resume
+    assert report.status == "transient"
+    s = st("a")
+    assert s.consecutive_errors == 1 and s.breaker_open_until is None  # breaker stays closed
+    assert tick_job("a", now=later + timedelta(seconds=1)).reason != "breaker open"
