@@ -245,9 +245,30 @@ def reset_job(job_id: str) -> None:
     )  # fmt: skip
 
 
-def run_job(job_id: str, *, now: datetime, dry_run: bool = False) -> TickReport:
+class JobPaused(Exception):
+    def __init__(self, job_id: str, reason: str) -> None:
+        self.job_id, self.reason = job_id, reason
+        super().__init__(
+            f"job {job_id!r} is paused ({reason or 'no reason given'}): not ticked; "
+            f"resume it, or tick it anyway with --force"
+        )
+
+
+def run_job(
+    job_id: str, *, now: datetime, dry_run: bool = False, force: bool = False
+) -> TickReport:
+    """Tick now, bypassing schedule, lease and breaker. A paused job needs ``force``
+    (a dry run commits nothing and is always allowed).
+
+    Raises:
+        JobPaused: the job is paused and ``force`` was not given; nothing ran.
+    """
     _require(job_id)
-    return tick_job(job_id, now=now, manual=True, dry_run=dry_run)
+    report = tick_job(job_id, now=now, manual=True, dry_run=dry_run, force=force)
+    if report.status == "skipped" and report.reason == "paused":
+        reason = PollState.objects.filter(job_id=job_id).values_list("paused_reason", flat=True)
+        raise JobPaused(job_id, reason.first() or "")
+    return report
 
 
 def cursor_text(cursor: bytes | memoryview | None) -> str | None:

@@ -82,11 +82,13 @@ def tick_job(
     lease_ttl_ms: int | None = None,
     manual: bool = False,
     dry_run: bool = False,
+    force: bool = False,
 ) -> TickReport:
-    """Run one tick of ``job_id``. ``manual`` (CLI ``run``) bypasses the lease, pause and breaker.
+    """Run one tick of ``job_id``. ``manual`` (CLI ``run``) bypasses the lease and breaker;
+    a paused job is skipped (reason ``paused``) unless ``force`` is given too.
 
     ``dry_run`` runs the poller and reports what it would deliver and the next cursor,
-    committing nothing.
+    committing nothing (a paused job included).
     """
     held = None
     if not manual:
@@ -96,7 +98,7 @@ def tick_job(
             return _skipped(job_id, "lease busy")
     report: TickReport | None = None
     try:
-        report = _run(job_id, now=now, manual=manual, dry_run=dry_run, held=held)
+        report = _run(job_id, now=now, manual=manual, dry_run=dry_run, force=force, held=held)
         return report
     finally:
         if held is not None or (report is not None and not dry_run):
@@ -126,7 +128,9 @@ def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
     return TickReport(job_id, "skipped", reason=reason, epoch=epoch)
 
 
-def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> TickReport:
+def _run(
+    job_id: str, *, now: datetime, manual: bool, dry_run: bool, force: bool, held
+) -> TickReport:
     row = store.load_state(job_id)
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
@@ -143,7 +147,7 @@ def _run(job_id: str, *, now: datetime, manual: bool, dry_run: bool, held) -> Ti
         trips=row["breaker_trips"],
         trial_started_at=row["breaker_trial_at"],
     )
-    if not manual and row["paused"]:
+    if row["paused"] and not dry_run and not (manual and force):
         return _skipped(job_id, "paused")
     if not manual and not may_tick(health, now=now, policy=policy.breaker):
         return _skipped(job_id, "breaker open")

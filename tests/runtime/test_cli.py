@@ -104,3 +104,17 @@ def test_check_reports_config_errors_with_their_line(cfg, settings):
     with pytest.raises(CommandError):
         call_command("pollers", "check", stdout=StringIO(), stderr=err)
     assert "pollers.yaml:4" in err.getvalue() and "rsss" in err.getvalue()
+
+
+def test_run_refuses_a_paused_job_unless_forced(cfg, redis_client):
+    cfg.write([scripted("a")])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 7)
+    run("pause", "a")
+    with pytest.raises(CommandError, match=r"job 'a' is paused \(paused by operator\).*--force"):
+        run("run", "a")
+    assert PollState.objects.get(job_id="a").cursor is None
+    assert redis_client.get("test:ticks:a") is None
+    forced = json.loads(run("run", "a", "--force", "--json"))
+    assert forced["status"] == "ok" and forced["committed"] and forced["next_cursor"] == "7"
+    assert bytes(PollState.objects.get(job_id="a").cursor) == b"7"

@@ -49,13 +49,18 @@ def test_dry_run_commits_nothing(cfg, redis_client):
     assert not Delivery.objects.exists()
 
 
-def test_paused_job_is_skipped_but_run_bypasses_pause(cfg, redis_client):
+def test_paused_job_is_skipped_and_run_needs_force(cfg, redis_client):
     cfg.write([scripted("a", paused_on_boot=True)])
     cfg.reload()
     redis_client.rpush("test:src:a", 1)
     assert tick_job("a", now=timezone.now()).reason == "paused"
-    assert services.run_job("a", now=timezone.now()).status == "ok"
-    assert bytes(st("a").cursor) == b"1"
+    with pytest.raises(services.JobPaused, match="paused_on_boot"):
+        services.run_job("a", now=timezone.now())
+    assert st("a").cursor is None and st("a").epoch == 0
+    assert redis_client.get("test:ticks:a") is None  # the poller never ran
+    assert services.run_job("a", now=timezone.now(), dry_run=True).next_cursor == b"1"
+    assert services.run_job("a", now=timezone.now(), force=True).status == "ok"
+    assert bytes(st("a").cursor) == b"1" and st("a").paused  # still paused afterwards
 
 
 def test_busy_lease_skips(cfg, redis_client):

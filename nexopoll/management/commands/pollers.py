@@ -27,6 +27,7 @@ class Command(BaseCommand):
         p = sub.add_parser("run", help="tick now, bypassing schedule and lease")
         p.add_argument("job_id")
         p.add_argument("--dry-run", action="store_true", help="commit nothing; show what would be")
+        p.add_argument("--force", action="store_true", help="tick even if the job is paused")
         p.add_argument("--json", action="store_true")
         sub.add_parser("pause", help="stop ticking a job (state kept)").add_argument("job_id")
         sub.add_parser("resume", help="tick a paused job again (errors cleared)").add_argument(
@@ -74,7 +75,7 @@ class Command(BaseCommand):
         verb = opts["verb"]
         try:
             getattr(self, f"do_{verb.replace('-', '_')}")(**opts)
-        except (services.UnknownJob, services.UnknownDelivery) as exc:
+        except (services.UnknownJob, services.UnknownDelivery, services.JobPaused) as exc:
             raise CommandError(str(exc)) from None
         except (services.RedeliverRefused, services.BadRequest) as exc:
             raise CommandError(str(exc)) from None
@@ -119,7 +120,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{key:24} {json.dumps(view[key], default=str)}")
 
     def do_run(self, job_id: str, **opts: Any) -> None:
-        report = services.run_job(job_id, now=timezone.now(), dry_run=opts["dry_run"])
+        report = services.run_job(
+            job_id, now=timezone.now(), dry_run=opts["dry_run"], force=opts["force"]
+        )
         data = {
             "job_id": report.job_id, "status": report.status, "reason": report.reason,
             "error": report.error, "epoch": report.epoch, "items_seen": report.items_seen,
