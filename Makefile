@@ -54,6 +54,12 @@ reload: migrate
 static: venv
 	@$(PY) manage.py collectstatic --noinput -v 0
 
+# The web process refuses the built-in dev key: make one under data/ (kept across runs);
+# `make run` uses it unless DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE is set.
+data/secret_key:
+	@mkdir -p data
+	@umask 077 && $(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
+
 # Flower needs credentials: NEXOPOLL_FLOWER_BASIC_AUTH, or a password generated once under data/.
 flower-auth:
 	@mkdir -p data
@@ -61,12 +67,14 @@ flower-auth:
 	  $(PY) -c "import secrets; print(secrets.token_urlsafe(18))" > data/flower-password; \
 	  chmod 600 data/flower-password; fi
 
-run: venv redis migrate reload static flower-auth
+run: venv redis migrate reload static flower-auth data/secret_key
 	@if [ -z "$$NEXOPOLL_FLOWER_BASIC_AUTH" ]; then \
 	  echo "flower: http://127.0.0.1:$${NEXOPOLL_FLOWER_PORT:-5555}  user admin, password in data/flower-password"; fi
 	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/python manage.py createsuperuser)"
 	@echo "health: http://127.0.0.1:$(PORT)/healthz    stop everything: Ctrl-C, then make stop"
 	@echo $$$$ > data/run.pid; \
+	if [ -z "$$DJANGO_SECRET_KEY$$DJANGO_SECRET_KEY_FILE" ]; then \
+	  export DJANGO_SECRET_KEY_FILE=$(CURDIR)/data/secret_key; fi; \
 	NEXOPOLL_FLOWER_BASIC_AUTH="$${NEXOPOLL_FLOWER_BASIC_AUTH:-admin:$$(cat data/flower-password 2>/dev/null)}" \
 	  exec honcho start -p $(PORT) -f Procfile web worker beat flower
 

@@ -18,7 +18,11 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("NEXOPOLL_DATA_DIR", str(BASE_DIR / "data")))
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-SECRET_KEY = env_secret("DJANGO_SECRET_KEY", "nexopoll-insecure-dev-key-change-me")
+# The built-in key lets the CLI, the workers and the tests run without one; the web
+# process (nexopoll/wsgi.py, so gunicorn and runserver) refuses it unless DEBUG is on.
+# `make run` generates a key under data/ (DJANGO_SECRET_KEY_FILE).
+DEV_SECRET_KEY = "nexopoll-insecure-dev-key-change-me"
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY", "") or DEV_SECRET_KEY
 ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 
 INSTALLED_APPS = [
