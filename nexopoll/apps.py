@@ -8,3 +8,6 @@ class NexopollConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers system checks)
+        from .runtime import logredact, workerhooks  # noqa: F401  (connects Celery signals)
+
+        logredact.install()  # every log record of this process is redacted

@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ from nexopoll.core.schedule import (
 )
 
 from ..models import Agent, PollJob
+from . import logredact
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -158,4 +160,6 @@ def load_all(job_ids: list[str] | None = None) -> list[JobDef]:
             out.append(from_row(job, agents.get(job.agent, {})))
         except Exception:
             log.exception("definitions.unreadable job=%s", job.job_id)
+    # every log record of this process masks these jobs' and agents' secrets
+    logredact.register(secret_values([list(agents.values()), [j.config for j in out]], os.environ))
     return out

@@ -31,7 +31,7 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 
 from ..models import Delivery
-from . import definitions, history, lease, store
+from . import definitions, history, lease, logredact, store
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
@@ -135,6 +135,7 @@ def _run(
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
         return _skipped(job_id, "unknown job")
+    logredact.register(job.secret_values(os.environ))
     policy = JobPolicy(
         breaker=job.breaker_policy(now),
         alert_cooldown=timedelta(seconds=job.alert_cooldown_secs),
@@ -223,6 +224,10 @@ def _finish(
     """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
     job_id = t.job.job_id
     fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack)
+    secrets = t.job.secret_values(os.environ)
+    for name in ("last_error", "paused_reason"):  # what operators see: never a secret
+        if fields.get(name):
+            fields[name] = redact(fields[name], secrets)
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     held = t.held
@@ -293,6 +298,7 @@ def _notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDeli
     else:
         text = f"✅ poller `{job.job_id}` (kind={job.kind}) recovered"
         purpose = "recovery"
+    text = redact(text, job.secret_values(os.environ))
     payload = {"text": text, "job_id": job.job_id, "kind": job.kind, "at": now.isoformat()}
     return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
 

@@ -2,7 +2,9 @@
 
 Source items are the ints in the list ``test:src:<job>`` (monotonic ids); the
 cursor is the last id delivered. ``test:mode:<job>`` makes the tick fail
-(``transient`` / ``permanent``); while ``test:block:<job>`` exists the tick stops
+(``transient`` / ``permanent``; ``raise`` raises ``test:raise:<job>``'s text as a
+TransientError, ``raise-permanent`` as a PermanentError, ``raise-bug`` as a
+RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
@@ -44,6 +46,10 @@ class ScriptedPoller(Poller):
             raise TransientError("scripted transient failure")
         if mode == "permanent":
             raise PermanentError("scripted permanent failure")
+        if mode.startswith("raise"):
+            text = r.get(f"test:raise:{job}") or ""
+            exc = {"raise": TransientError, "raise-permanent": PermanentError}
+            raise exc.get(mode, RuntimeError)(text)
         last = int(ctx.cursor) if ctx.cursor else 0
         ids = sorted(int(i) for i in r.lrange(f"test:src:{job}", 0, -1))
         new = [i for i in ids if i > last][: int(ctx.config.get("max_per_tick", 100))]

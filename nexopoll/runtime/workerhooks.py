@@ -1,0 +1,37 @@
+"""Celery signal handlers every worker process runs (connected from ``NexopollConfig.ready``).
+
+Before each task:
+
+- drop DB connections that are unusable (a backend killed by a PostgreSQL restart,
+  an error on the last task) or past ``CONN_MAX_AGE``, and re-arm Django's health
+  check (``CONN_HEALTH_CHECKS``). Celery's own Django fixup keeps a connection for
+  ``CELERY_DB_REUSE_MAX`` tasks and never asks whether it still works;
+- register the secrets of every stored job and agent with the log redactor (at
+  most once a minute), so Celery's and the libraries' log lines are masked too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery.signals import task_failure, task_prerun
+from django.db import close_old_connections
+
+from . import logredact
+
+log = logging.getLogger("nexopoll.worker")
+
+
+@task_prerun.connect(weak=False)
+def _before_task(**_: object) -> None:
+    close_old_connections()
+    try:
+        logredact.refresh_from_db()
+    except Exception as exc:  # the DB may be down: the task will find out and retry
+        log.warning("worker.secrets_not_refreshed: %s", type(exc).__name__)
+        close_old_connections()
+
+
+@task_failure.connect(weak=False)
+def _after_failure(**_: object) -> None:
+    close_old_connections()  # a DB error left the connection broken: drop it now
