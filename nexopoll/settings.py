@@ -67,6 +67,14 @@ TEMPLATES = [
 ]
 
 
+# A locked row or table fails a statement after this long instead of holding the
+# worker (PostgreSQL lock_timeout, SQLite busy timeout); a statement is cancelled
+# after NEXOPOLL_DB_STATEMENT_TIMEOUT_SECS (PostgreSQL; 0 = no limit). The tick
+# treats both as transient errors and retries.
+NEXOPOLL_DB_LOCK_TIMEOUT_SECS = env_float("NEXOPOLL_DB_LOCK_TIMEOUT_SECS", 15.0)
+NEXOPOLL_DB_STATEMENT_TIMEOUT_SECS = env_float("NEXOPOLL_DB_STATEMENT_TIMEOUT_SECS", 120.0)
+
+
 def _database() -> dict:
     url = env_str("DATABASE_URL", "")
     if url:
@@ -77,12 +85,22 @@ def _database() -> dict:
             "NAME": str(DATA_DIR / "nexopoll.sqlite3"),
             "CONN_MAX_AGE": None,  # keep the connection: reopening costs more than a tick
         }
+    # A connection that broke (PostgreSQL restarted, a backend killed) is found by a
+    # health check before its next use and replaced (workers re-arm it before each task).
+    db["CONN_HEALTH_CHECKS"] = True
+    if db["ENGINE"].endswith(("postgresql", "postgis")):
+        lock_ms = int(NEXOPOLL_DB_LOCK_TIMEOUT_SECS * 1000)
+        stmt_ms = int(NEXOPOLL_DB_STATEMENT_TIMEOUT_SECS * 1000)
+        options = db.setdefault("OPTIONS", {})
+        options["options"] = (
+            f"{options.get('options', '')} -c lock_timeout={lock_ms} -c statement_timeout={stmt_ms}"
+        ).strip()
     if db["ENGINE"].endswith("sqlite3"):
         # IMMEDIATE takes the write lock at BEGIN, so a tick's commit never fails
         # half-way on a lock upgrade; WAL lets readers run beside the writer.
         db["OPTIONS"] = {
             "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
+            "timeout": NEXOPOLL_DB_LOCK_TIMEOUT_SECS,
             # FULL: a committed cursor (whose deliveries may already be sent) survives
             # a power loss; in WAL mode it costs one fsync per commit.
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous="
@@ -181,7 +199,8 @@ CELERY_RESULT_EXTENDED = True
 CELERY_RESULT_EXPIRES = 7 * 24 * 3600
 CELERY_TASK_ACKS_LATE = True
 # Keep the DB connection across tasks: Celery's Django fixup otherwise closes and reopens
-# it around every task, which cost more than the tick itself.
+# it around every task, which cost more than the tick itself. A broken one is not kept:
+# runtime/workerhooks.py drops unusable connections before every task (health checks).
 CELERY_DB_REUSE_MAX = env_int("NEXOPOLL_DB_REUSE_MAX", 10_000)
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from celery import shared_task
 from django.utils import timezone
 
 from .runtime import delivery, outbox
 from .runtime.tick import tick_job
 
+DB_RETRIES = 6  # 0.5 + 1 + 2 + 4 + 8 + 16 s: then the next slot takes over
+
 
 @shared_task(name="nexopoll.tick", bind=True, ignore_result=True, max_retries=None)
 def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
     """One scheduled tick. A transient failure is retried through Celery with the
     countdown the job's stored health allows (never past the next slot, never into
-    an open breaker)."""
+    an open breaker). A transient DB error (nothing committed) is retried with a
+    short doubling backoff, on a fresh connection, while that lands before the next slot."""
     report = tick_job(job_id, now=timezone.now(), lease_ttl_ms=lease_ttl_ms)
+    if report.db_error:
+        countdown = min(0.5 * 2**self.request.retries, 30.0)
+        at = timezone.now() + timedelta(seconds=countdown)
+        if self.request.retries < DB_RETRIES and (
+            report.next_slot_at is None or at < report.next_slot_at
+        ):
+            raise self.retry(countdown=countdown)
+        return report.status
     if report.retry_at is not None and report.committed:
         # the retry time was checked against the next slot from the tick's start,
         # so it is an absolute eta, not a countdown from now

@@ -11,8 +11,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils.dateparse import parse_datetime
+
+from nexopoll.core.errors import ErrorClass
 
 from ..models import Delivery
 
@@ -105,3 +115,43 @@ def _update(job_id: str, epoch: int, fields: dict[str, Any], increments: dict[st
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.rowcount
+
+
+def record_failure(job_id: str, epoch: int, fields: dict[str, Any]) -> bool:
+    """Write ``fields`` (an error, no epoch move) while ``epoch`` is still the tick's own."""
+    return _update(job_id, epoch, {"running_since": None, **fields}, {}) == 1
+
+
+# --- DB errors ----------------------------------------------------------------
+def db_error_class(exc: BaseException) -> ErrorClass | None:
+    """How a tick treats a DB error; None for anything that is not one.
+
+    Lost connections, lock and statement timeouts, SQLite's "database is locked",
+    an aborted transaction: TRANSIENT (retried). A value or a constraint the DB
+    refuses (``DataError``, ``IntegrityError``): PERMANENT (the same commit would
+    fail every time). Other DB errors (a schema that is mid-migration, say) heal
+    by themselves and are TRANSIENT too.
+    """
+    if isinstance(exc, DataError | IntegrityError):
+        return ErrorClass.PERMANENT
+    if isinstance(exc, OperationalError | InterfaceError | DatabaseError):
+        return ErrorClass.TRANSIENT
+    return None
+
+
+def drop_if_unusable() -> None:
+    """Close this thread's DB connection if it broke, so the next query reconnects.
+
+    Inside an atomic block (a caller's transaction) the connection is left alone.
+    """
+    if connection.connection is None or connection.in_atomic_block:
+        return
+    try:
+        usable = connection.is_usable()
+    except Exception:
+        usable = False
+    if not usable:
+        try:
+            connection.close()  # forgets the connection even when closing it fails
+        except Exception:
+            pass

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from nexopoll.core.breaker import Health, may_tick, start_tick
 from nexopoll.core.contract import CancelToken, PollContext, TickAck
@@ -58,6 +58,8 @@ class TickReport:
     after_commit: list = field(default_factory=list)  # the poller's post-commit side effects
     latency_ms: int | None = None
     start_cursor: bytes | None = None  # the cursor the tick started from (tick history, rewind)
+    db_error: bool = False  # a transient DB error: retry soon (the task's backoff)
+    next_slot_at: datetime | None = None
 
 
 @dataclass
@@ -99,6 +101,9 @@ def tick_job(
     report: TickReport | None = None
     try:
         report = _run(job_id, now=now, manual=manual, dry_run=dry_run, force=force, held=held)
+        return report
+    except DatabaseError as exc:  # reading the state or taking the epoch: nothing written
+        report = _db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     finally:
         if held is not None or (report is not None and not dry_run):
@@ -239,6 +244,8 @@ def _finish(
     except Fenced:
         log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, t.epoch)
         return TickReport(job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
+    except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
+        return _commit_failed(t, exc, latency_ms)
     report.committed = True
     if report.delivery_ids:
         ids = report.delivery_ids
@@ -254,6 +261,65 @@ def _finish(
              report.items_dispatched, latency_ms,
              f" error={report.error}" if report.error else "")  # fmt: skip
     return report
+
+
+def _db_unavailable(job_id: str, exc: DatabaseError, *, now: datetime, where: str) -> TickReport:
+    """A transient DB error before or at commit: nothing committed; the task retries soon."""
+    store.drop_if_unusable()
+    message = f"database unavailable {where}: {_describe(exc)}"
+    log.warning("tick.db_error job=%s class=%s %s", job_id, type(exc).__name__, message)
+    return TickReport(job_id, "transient", reason="database unavailable", error=message,
+                      db_error=True)  # fmt: skip
+
+
+def _commit_failed(t: _Tick, exc: DatabaseError, latency_ms: int) -> TickReport:
+    """The commit raised: the transaction rolled back whole (state, cursor, outbox rows).
+
+    A transient error (connection lost, lock or statement timeout) is recorded on the
+    state row if the DB answers and retried. A permanent one (the DB refuses a value)
+    would fail on every tick: it pauses the job with the reason, alerting ``failure_to``.
+    """
+    job_id, secrets = t.job.job_id, t.job.secret_values(os.environ)
+    if store.db_error_class(exc) is ErrorClass.TRANSIENT:
+        report = _db_unavailable(job_id, exc, now=t.now, where="at commit")
+        report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
+        report.error = redact(report.error, secrets)
+        failed = {"last_status": "transient", "last_error": report.error, "updated_at": t.now}
+        _best_effort(lambda: store.record_failure(job_id, t.epoch, failed))
+        return report
+    store.drop_if_unusable()
+    message = redact(f"the database refused the tick's commit: {_describe(exc)}", secrets)
+    log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
+    decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
+                            next_slot_at=t.next_slot_at)  # fmt: skip
+    fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=None)
+    fields["crash_count"] = 0
+    report = TickReport(job_id, "permanent", reason="commit refused", epoch=t.epoch, error=message)
+    report.deliveries = _notices(t.job, decision, t.now)
+    try:
+        _commit(t, fields, report)
+    except DatabaseError:  # the alert row itself may be what the DB refuses: state alone
+        store.drop_if_unusable()
+        report.deliveries = []
+        if not _best_effort(lambda: _commit(t, fields, report)):
+            return report
+    except Fenced:
+        return report
+    report.committed = True
+    if report.delivery_ids:
+        ids = report.delivery_ids
+        transaction.on_commit(lambda: enqueue_deliveries(ids))
+    return report
+
+
+def _best_effort(write) -> bool:
+    try:
+        write()
+    except (DatabaseError, Fenced) as exc:
+        store.drop_if_unusable()
+        log.warning("tick.record_failed: %s", type(exc).__name__)
+        return False
+    return True
 
 
 def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) -> TickAck:

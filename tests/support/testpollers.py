@@ -54,8 +54,9 @@ class ScriptedPoller(Poller):
         ids = sorted(int(i) for i in r.lrange(f"test:src:{job}", 0, -1))
         new = [i for i in ids if i > last][: int(ctx.config.get("max_per_tick", 100))]
         target = ctx.config["deliver"]
+        to = r.get(f"test:recipient:{job}") or target["to"]  # a poller may pick recipients
         for i in new:
-            ctx.host.deliver(target["channel"], target["to"], {"text": f"item {i}", "item_id": i})
+            ctx.host.deliver(target["channel"], to, {"text": f"item {i}", "item_id": i})
         barrier = f"test:block:{job}"
         if r.delete(f"test:block_once:{job}"):  # only this tick waits, on test:hold:<job>
             barrier = f"test:hold:{job}"
