@@ -58,9 +58,13 @@ def sweep_outbox() -> dict[str, int]:
 def run_now(job_id: str) -> dict:
     """An operator's "run now" (admin, API): a manual tick whose outcome is kept by
     django-celery-results, where the job's page reads it."""
-    from .services import run_job
+    from .services import JobPaused, run_job
 
-    report = run_job(job_id, now=timezone.now())
+    try:
+        report = run_job(job_id, now=timezone.now())
+    except JobPaused as exc:  # a paused job is not ticked by "run now" (resume it first)
+        return {"status": "paused", "items_seen": 0, "items_dispatched": 0, "error": str(exc),
+                "deliveries": 0, "committed": False}  # fmt: skip
     return {
         "status": report.status, "items_seen": report.items_seen,
         "items_dispatched": report.items_dispatched, "error": report.error,

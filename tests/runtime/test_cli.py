@@ -115,6 +115,11 @@ def test_run_refuses_a_paused_job_unless_forced(cfg, redis_client):
         run("run", "a")
     assert PollState.objects.get(job_id="a").cursor is None
     assert redis_client.get("test:ticks:a") is None
+    from nexopoll.tasks import run_now  # the admin's "run now" refuses it too
+
+    refused = run_now("a")
+    assert refused["status"] == "paused" and "--force" in refused["error"]
+    assert not refused["committed"] and redis_client.get("test:ticks:a") is None
     forced = json.loads(run("run", "a", "--force", "--json"))
     assert forced["status"] == "ok" and forced["committed"] and forced["next_cursor"] == "7"
     assert bytes(PollState.objects.get(job_id="a").cursor) == b"7"
