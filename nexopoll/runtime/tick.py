@@ -236,7 +236,7 @@ def _finish(
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     held = t.held
-    if held is not None and latency_ms > held.ttl_ms / 2 and not lease.extend(get_redis(), held):
+    if held is not None and latency_ms > held.ttl_ms / 2 and not _extended(held):
         log.warning("lease.lost job=%s epoch=%s: not committing", job_id, t.epoch)
         return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
     try:
@@ -261,6 +261,15 @@ def _finish(
              report.items_dispatched, latency_ms,
              f" error={report.error}" if report.error else "")  # fmt: skip
     return report
+
+
+def _extended(held: lease.Lease) -> bool:
+    """Extend the lease before a late commit; an unreachable Redis counts as lost."""
+    try:
+        return lease.extend(get_redis(), held)
+    except Exception as exc:
+        log.warning("lease.extend_failed job=%s: %s", held.job_id, type(exc).__name__)
+        return False
 
 
 def _db_unavailable(job_id: str, exc: DatabaseError, *, now: datetime, where: str) -> TickReport:

@@ -71,9 +71,12 @@ def table_locked(table: str):
 class BlockedTick:
     """A tick in a thread, stopped in its poller (after taking the epoch, before commit)."""
 
-    def __init__(self, redis_client, job_id: str, *, lock_wait_ms: int = 300) -> None:
+    def __init__(
+        self, redis_client, job_id: str, *, lock_wait_ms: int = 300, now: datetime = NOW,
+        lease_ttl_ms: int | None = None,
+    ) -> None:  # fmt: skip
         self.redis, self.job_id, self.result = redis_client, job_id, {}
-        self.lock_wait_ms = lock_wait_ms
+        self.lock_wait_ms, self.now, self.lease_ttl_ms = lock_wait_ms, now, lease_ttl_ms
         redis_client.set(f"test:block_once:{job_id}", "1")
         redis_client.set(f"test:hold:{job_id}", "1")
         self.thread = threading.Thread(target=self._run)
@@ -89,14 +92,18 @@ class BlockedTick:
                     self.result["pid"] = cur.fetchone()[0]
                 else:
                     cur.execute(f"PRAGMA busy_timeout = {self.lock_wait_ms}")
-            self.result["report"] = tick_job(self.job_id, now=NOW)
+            self.result["report"] = tick_job(
+                self.job_id, now=self.now, lease_ttl_ms=self.lease_ttl_ms
+            )
         except BaseException as exc:  # the test reports it
             self.result["raised"] = exc
         finally:
             connection.close()
 
-    def release(self):
-        self.redis.delete(f"test:hold:{self.job_id}")
+    def release(self, *, unhold: bool = True):
+        """Let the poller return (``unhold``; else it holds until its deadline) and wait."""
+        if unhold:
+            self.redis.delete(f"test:hold:{self.job_id}")
         self.thread.join(30)
         assert "raised" not in self.result, self.result.get("raised")
         return self.result["report"]
