@@ -431,6 +431,9 @@ def _clear_running(job_id: str, epoch: int) -> None:
     """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
     try:
         store.clear_running(job_id, epoch)
+    except DatabaseError as exc:  # the DB is down or locked: the tick already said so
+        store.drop_if_unusable()
+        log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)
     except Exception:
         log.warning("tick.clear_running_failed job=%s", job_id, exc_info=True)
 

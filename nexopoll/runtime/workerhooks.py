@@ -2,6 +2,7 @@
 
 Before each task:
 
+- honour the task's own ``ignore_result`` over the message's default;
 - drop DB connections that are unusable (a backend killed by a PostgreSQL restart,
   an error on the last task) or past ``CONN_MAX_AGE``, and re-arm Django's health
   check (``CONN_HEALTH_CHECKS``). Celery's own Django fixup keeps a connection for
@@ -23,7 +24,13 @@ log = logging.getLogger("nexopoll.worker")
 
 
 @task_prerun.connect(weak=False)
-def _before_task(**_: object) -> None:
+def _before_task(task=None, **_: object) -> None:
+    if task is not None and task.ignore_result:
+        # Messages published by name (beat, send_task) carry ignore_result=False, which
+        # would store every tick's and delivery's outcome in the DB result backend: one
+        # write per task, and one that fails (and is retried for seconds, outside the
+        # task, stalling the worker) while the DB is down or locked. The task says no.
+        task.request.ignore_result = True
     close_old_connections()
     try:
         logredact.refresh_from_db()
