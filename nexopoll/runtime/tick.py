@@ -31,7 +31,7 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 
 from ..models import Delivery
-from . import definitions, history, lease, logredact, store
+from . import definitions, history, lease, logredact, store, tickfail
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
@@ -103,7 +103,7 @@ def tick_job(
         report = _run(job_id, now=now, manual=manual, dry_run=dry_run, force=force, held=held)
         return report
     except DatabaseError as exc:  # reading the state or taking the epoch: nothing written
-        report = _db_unavailable(job_id, exc, now=now, where="before the tick")
+        report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     finally:
         if held is not None or (report is not None and not dry_run):
@@ -236,7 +236,7 @@ def _finish(
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     held = t.held
-    if held is not None and latency_ms > held.ttl_ms / 2 and not _extended(held):
+    if held is not None and latency_ms > held.ttl_ms / 2 and not tickfail.extended(held):
         log.warning("lease.lost job=%s epoch=%s: not committing", job_id, t.epoch)
         return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
     try:
@@ -245,7 +245,7 @@ def _finish(
         log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, t.epoch)
         return TickReport(job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
     except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
-        return _commit_failed(t, exc, latency_ms)
+        return tickfail.commit_failed(t, exc, latency_ms)
     report.committed = True
     if report.delivery_ids:
         ids = report.delivery_ids
@@ -261,74 +261,6 @@ def _finish(
              report.items_dispatched, latency_ms,
              f" error={report.error}" if report.error else "")  # fmt: skip
     return report
-
-
-def _extended(held: lease.Lease) -> bool:
-    """Extend the lease before a late commit; an unreachable Redis counts as lost."""
-    try:
-        return lease.extend(get_redis(), held)
-    except Exception as exc:
-        log.warning("lease.extend_failed job=%s: %s", held.job_id, type(exc).__name__)
-        return False
-
-
-def _db_unavailable(job_id: str, exc: DatabaseError, *, now: datetime, where: str) -> TickReport:
-    """A transient DB error before or at commit: nothing committed; the task retries soon."""
-    store.drop_if_unusable()
-    message = f"database unavailable {where}: {_describe(exc)}"
-    log.warning("tick.db_error job=%s class=%s %s", job_id, type(exc).__name__, message)
-    return TickReport(job_id, "transient", reason="database unavailable", error=message,
-                      db_error=True)  # fmt: skip
-
-
-def _commit_failed(t: _Tick, exc: DatabaseError, latency_ms: int) -> TickReport:
-    """The commit raised: the transaction rolled back whole (state, cursor, outbox rows).
-
-    A transient error (connection lost, lock or statement timeout) is recorded on the
-    state row if the DB answers and retried. A permanent one (the DB refuses a value)
-    would fail on every tick: it pauses the job with the reason, alerting ``failure_to``.
-    """
-    job_id, secrets = t.job.job_id, t.job.secret_values(os.environ)
-    if store.db_error_class(exc) is ErrorClass.TRANSIENT:
-        report = _db_unavailable(job_id, exc, now=t.now, where="at commit")
-        report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
-        report.error = redact(report.error, secrets)
-        failed = {"last_status": "transient", "last_error": report.error, "updated_at": t.now}
-        _best_effort(lambda: store.record_failure(job_id, t.epoch, failed))
-        return report
-    store.drop_if_unusable()
-    message = redact(f"the database refused the tick's commit: {_describe(exc)}", secrets)
-    log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
-    decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
-                            next_slot_at=t.next_slot_at)  # fmt: skip
-    fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=None)
-    fields["crash_count"] = 0
-    report = TickReport(job_id, "permanent", reason="commit refused", epoch=t.epoch, error=message)
-    report.deliveries = _notices(t.job, decision, t.now)
-    try:
-        _commit(t, fields, report)
-    except DatabaseError:  # the alert row itself may be what the DB refuses: state alone
-        store.drop_if_unusable()
-        report.deliveries = []
-        if not _best_effort(lambda: _commit(t, fields, report)):
-            return report
-    except Fenced:
-        return report
-    report.committed = True
-    if report.delivery_ids:
-        ids = report.delivery_ids
-        transaction.on_commit(lambda: enqueue_deliveries(ids))
-    return report
-
-
-def _best_effort(write) -> bool:
-    try:
-        write()
-    except (DatabaseError, Fenced) as exc:
-        store.drop_if_unusable()
-        log.warning("tick.record_failed: %s", type(exc).__name__)
-        return False
-    return True
 
 
 def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) -> TickAck:

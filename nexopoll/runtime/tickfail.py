@@ -1,0 +1,99 @@
+"""A tick that cannot commit: DB errors, a lease that could not be extended.
+
+Transient DB errors (a lost connection, a lock or statement timeout) leave nothing
+written and are retried by the task; a value the DB refuses pauses the job with
+the reason (a second, small write after the rollback) and alerts ``failure_to``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime
+
+from django.db import DatabaseError, transaction
+
+from nexopoll.core.decide import plan_failure
+from nexopoll.core.errors import ErrorClass
+from nexopoll.core.redact import redact
+
+from . import lease, store, tick
+from .redis import get_redis
+from .store import Fenced
+
+log = logging.getLogger("nexopoll.tick")
+
+
+def extended(held: lease.Lease) -> bool:
+    """Extend the lease before a late commit; an unreachable Redis counts as lost."""
+    try:
+        return lease.extend(get_redis(), held)
+    except Exception as exc:
+        log.warning("lease.extend_failed job=%s: %s", held.job_id, type(exc).__name__)
+        return False
+
+
+def db_unavailable(
+    job_id: str, exc: DatabaseError, *, now: datetime, where: str
+) -> tick.TickReport:
+    """A transient DB error before or at commit: nothing committed; the task retries soon."""
+    store.drop_if_unusable()
+    message = f"database unavailable {where}: {tick._describe(exc)}"
+    log.warning("tick.db_error job=%s class=%s %s", job_id, type(exc).__name__, message)
+    return tick.TickReport(job_id, "transient", reason="database unavailable", error=message,
+                      db_error=True)  # fmt: skip
+
+
+def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.TickReport:
+    """The commit raised: the transaction rolled back whole (state, cursor, outbox rows).
+
+    A transient error (connection lost, lock or statement timeout) is recorded on the
+    state row if the DB answers and retried. A permanent one (the DB refuses a value)
+    would fail on every tick: it pauses the job with the reason, alerting ``failure_to``.
+    """
+    job_id, secrets = t.job.job_id, t.job.secret_values(os.environ)
+    if store.db_error_class(exc) is ErrorClass.TRANSIENT:
+        report = db_unavailable(job_id, exc, now=t.now, where="at commit")
+        report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
+        report.error = redact(report.error, secrets)
+        failed = {"last_status": "transient", "last_error": report.error, "updated_at": t.now}
+        best_effort(lambda: store.record_failure(job_id, t.epoch, failed))
+        return report
+    store.drop_if_unusable()
+    message = redact(f"the database refused the tick's commit: {tick._describe(exc)}", secrets)
+    log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
+    decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
+                            next_slot_at=t.next_slot_at)  # fmt: skip
+    fields = tick._state_fields(
+        decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=None
+    )
+    fields["crash_count"] = 0
+    report = tick.TickReport(
+        job_id, "permanent", reason="commit refused", epoch=t.epoch, error=message
+    )
+    report.deliveries = tick._notices(t.job, decision, t.now)
+    try:
+        tick._commit(t, fields, report)
+    except DatabaseError:  # the alert row itself may be what the DB refuses: state alone
+        store.drop_if_unusable()
+        report.deliveries = []
+        if not best_effort(lambda: tick._commit(t, fields, report)):
+            return report
+    except Fenced:
+        return report
+    report.committed = True
+    if report.delivery_ids:
+        ids = report.delivery_ids
+        transaction.on_commit(lambda: tick.enqueue_deliveries(ids))
+    return report
+
+
+def best_effort(write) -> bool:
+    """Run a small DB write that may fail too (the DB is still down): True if it landed."""
+    try:
+        write()
+    except (DatabaseError, Fenced) as exc:
+        store.drop_if_unusable()
+        log.warning("tick.record_failed: %s", type(exc).__name__)
+        return False
+    return True
