@@ -7,8 +7,10 @@ from __future__ import annotations
 import logging
 import socket
 from datetime import UTC, datetime
+from io import StringIO
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import logredact
@@ -73,6 +75,14 @@ def test_a_failing_feed_url_leaks_no_secret_to_state_alert_or_logs(cfg, monkeypa
     deliver_rows([str(alert.id)], clock=lambda: NOW)  # the log channel prints the alert
     assert "delivery.log" in caplog.text and "tick.done" in caplog.text
     assert_no_secret(caplog.text, secret)
+    # what an operator sees: list, show, and a manual run that fails the same way
+    out = StringIO()
+    call_command("pollers", "list", "--json", stdout=out)
+    call_command("pollers", "show", "w", "--json", stdout=out)
+    with pytest.raises(CommandError) as failed:
+        call_command("pollers", "run", "w", "--json", stdout=out, stderr=out)
+    assert "request failed" in str(failed.value) and "request failed" in out.getvalue()
+    assert_no_secret(out.getvalue() + str(failed.value), secret)
 
 
 def test_a_blocked_feed_url_pauses_with_a_reason_that_names_no_secret(cfg, monkeypatch, caplog):
