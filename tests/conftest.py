@@ -32,3 +32,12 @@ def redis_client(redis_server):
     client.flushall()
     yield client
     client.flushall()
+
+
+@pytest.fixture(autouse=True)
+def _forget_logged_secrets():
+    """The log redactor's secrets are process-wide: each test starts without another's."""
+    yield
+    from nexopoll.runtime import logredact
+
+    logredact.reset()

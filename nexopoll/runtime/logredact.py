@@ -48,6 +48,15 @@ def known() -> frozenset[str]:
     return _secrets
 
 
+def reset() -> None:
+    """Forget every registered secret (tests: one test's secrets must not mask the next's logs)."""
+    global _secrets, _refreshed_at
+    with _lock:
+        _secrets = frozenset()
+        _names.clear()
+        _refreshed_at = float("-inf")
+
+
 def refresh_from_db(*, force: bool = False) -> None:
     """Register the secrets of every stored job and agent (at most once a minute)."""
     global _refreshed_at
