@@ -77,3 +77,21 @@ def test_a_locked_db_fails_ticks_cleanly_and_they_catch_up_after_release(stack):
     assert "nexopoll.tick" not in "".join(
         line for line in log.splitlines() if "raised unexpected" in line or "outside body" in line
     )
+
+
+def test_a_tick_that_met_a_locked_db_is_retried_by_the_task_before_the_next_slot(stack):
+    """No beat and an hourly job: the only tick is the one sent here, so the item can
+    only arrive through the task's own retry after the lock is gone."""
+    from nexopoll.celery import app
+
+    stack.env_extra["NEXOPOLL_DB_LOCK_TIMEOUT_SECS"] = "1"
+    stack.write([job("slow", every=3600)])
+    stack.reload()
+    stack.publish("slow", 1)
+    worker = stack.worker()
+    with db_locked():
+        app.send_task("nexopoll.tick", args=["slow"])
+        wait_for(lambda: "tick.db_error job=slow" in worker.text(), 30, what="a failed tick")
+    wait_for(lambda: stack.sink.item_ids("slow") == [1], 20, what="the retried tick's delivery")
+    assert "retry: Retry in" in worker.text()
+    assert bytes(PollState.objects.get(job_id="slow").cursor) == b"1"
