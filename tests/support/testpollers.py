@@ -8,7 +8,7 @@ RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
-is deleted.
+is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ class ScriptedPoller(Poller):
             r.set(f"test:blocked:{job}", os.getpid())
             while r.exists(barrier) and not ctx.cancel.cancelled:
                 time.sleep(0.02)
+        for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
+            ctx.host.metric_inc(name, source="scripted")
         r.rpush(f"test:done:{job}", os.getpid())
         return TickAck(
             next_cursor=str(new[-1]).encode() if new else None,
