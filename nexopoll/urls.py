@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from . import metrics, views
 
@@ -8,4 +8,5 @@ urlpatterns = [
     path("healthz", views.healthz),
     path("demo/items", views.demo_items),
     path("metrics", metrics.metrics_view),
+    path("", include("nexopoll.api.urls")),
 ]
