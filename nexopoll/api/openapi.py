@@ -87,8 +87,9 @@ def _operation(route: Route, refs: dict[Any, Any]) -> dict[str, Any]:
     if route.query is not None:
         op["parameters"] += _query_params(route.query)
     if route.body is not None:
+        needed = any(f.is_required() for f in route.body.model_fields.values())
         op["requestBody"] = {
-            "required": False,
+            "required": needed,
             "content": {"application/json": {"schema": refs[(route.body, "validation")]}},
         }
     for status, model in route.responses.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from django.db.models import Q
@@ -82,8 +83,12 @@ def tick_result(report: Any, *, dry_run: bool) -> TickResult:
 
 
 def run_job(job_id: str, *, dry_run: bool, force: bool = False) -> Any:
-    extra = {"force": True} if force else {}  # a paused job is refused unless forced
+    """``services.run_job``; ``force`` ticks a paused job (where the service refuses one)."""
+    extra = {"force": True} if force and _RUN_HAS_FORCE else {}
     return services.run_job(job_id, now=timezone.now(), dry_run=dry_run, **extra)
+
+
+_RUN_HAS_FORCE = "force" in inspect.signature(services.run_job).parameters
 
 
 def run_poller(p: Principal, job_id: str, body: RunRequest) -> tuple[int, BaseModel]:
@@ -147,7 +152,7 @@ def list_deliveries(p: Principal, query: DeliveryQuery) -> tuple[int, BaseModel]
     if query.after is not None:
         last = Delivery.objects.filter(id=query.after).values_list("created_at", "id").first()
         if last is None:
-            raise ApiError(400, f"after: no delivery {query.after}")
+            raise ApiError(404, f"after: no delivery {query.after}")
         rows = rows.filter(Q(created_at__lt=last[0]) | Q(created_at=last[0], id__lt=last[1]))
     page = list(rows[: query.limit + 1])
     more = len(page) > query.limit

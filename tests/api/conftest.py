@@ -60,3 +60,11 @@ def staff(username: str, *perms: str) -> User:
             Permission.objects.get(content_type__app_label=app, codename=codename)
         )
     return user
+
+
+@pytest.fixture
+def settings_(settings):
+    """Settings for a live server run: the API token, no practical rate limit."""
+    settings.NEXOPOLL_API_TOKEN = TOKEN
+    settings.NEXOPOLL_API_RATE_PER_MIN = 100_000
+    return settings

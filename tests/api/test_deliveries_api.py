@@ -36,7 +36,7 @@ def test_list_filters_and_pages_newest_first(api, jobs):
     assert [d["id"] for d in p2["items"]] == [str(rows[0].id)] and p2["next_after"] is None
     error(api.get("/api/deliveries?status=lost"), 400)
     error(api.get("/api/deliveries?after=not-a-uuid"), 400)
-    error(api.get(f"/api/deliveries?after={uuid.uuid4()}"), 400)
+    error(api.get(f"/api/deliveries?after={uuid.uuid4()}"), 404)
 
 
 def test_redeliver_dead_row(api, jobs, redis_client):
