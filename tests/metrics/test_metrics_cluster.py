@@ -34,8 +34,7 @@ def scrape() -> dict:
 
 def total(data, job_id: str) -> float:
     return sum(
-        get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id=job_id, status=s)
-        or 0
+        get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id=job_id, status=s) or 0
         for s in ("ok", "transient", "permanent", "skipped")
     )
 
