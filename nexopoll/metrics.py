@@ -128,7 +128,8 @@ class ClusterCollector:
             "poller_lease_takeovers", "Ticks that took over the lease of a tick that never "
             "finished (its worker died or stalled)", labels=["job_id"],
         )  # fmt: skip
-        for job_id, n in sorted(data[ms.TAKEOVERS].items()):
+        counts = {job_id: 0 for job_id in jobs} | data[ms.TAKEOVERS]  # 0 until one happens
+        for job_id, n in sorted(counts.items()):
             takeovers.add_metric([job_id], float(n))
         yield takeovers
         deliveries = CounterMetricFamily(

@@ -91,13 +91,15 @@ def test_breaker_state_gauge_reads_open_half_open_closed(cfg, redis_client):
 
 
 def test_lease_takeover_is_counted_when_a_tick_never_finished(cfg, redis_client):
-    cfg.write([scripted("t")])
+    cfg.write([scripted("t"), scripted("u")])
     cfg.reload()
     # the previous tick's worker died mid-tick: running_since stayed set, its lease expired
     PollState.objects.filter(job_id="t").update(running_since=timezone.now())
     assert tick_job("t", now=timezone.now()).status == "ok"
     assert tick_job("t", now=timezone.now()).status == "ok"  # a normal tick: no takeover
-    assert get(scrape(), "poller_lease_takeovers_total", job_id="t") == 1
+    data = scrape()
+    assert get(data, "poller_lease_takeovers_total", job_id="t") == 1
+    assert get(data, "poller_lease_takeovers_total", job_id="u") == 0  # exported from the start
 
 
 def test_poller_metric_inc_is_counted_cluster_wide(cfg, redis_client):
