@@ -66,8 +66,15 @@ def list_pollers(p: Principal, query: JobQuery) -> tuple[int, BaseModel]:
     return 200, JobPage(items=items, total=total, next_after=page[-1].job_id if more else None)
 
 
+def _masked(job_id: str, data: Any) -> Any:
+    """``data`` about one job with its secrets' values masked (a poller may echo them)."""
+    from nexopoll.llm_tools.dispatch import redact_tree, secrets_for
+
+    return redact_tree(data, secrets_for(list(PollJob.objects.filter(job_id=job_id))))
+
+
 def show_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
-    return 200, JobDetail(**services.show_job(job_id, now=timezone.now()))
+    return 200, JobDetail(**_masked(job_id, services.show_job(job_id, now=timezone.now())))
 
 
 def tick_result(report: Any, *, dry_run: bool) -> TickResult:
@@ -94,11 +101,13 @@ _RUN_HAS_FORCE = "force" in inspect.signature(services.run_job).parameters
 def run_poller(p: Principal, job_id: str, body: RunRequest) -> tuple[int, BaseModel]:
     if not body.wait:
         return 202, Enqueued(job_id=job_id, task_id=operations.run_now_async(job_id))
-    return 200, tick_result(run_job(job_id, dry_run=False, force=body.force), dry_run=False)
+    result = tick_result(run_job(job_id, dry_run=False, force=body.force), dry_run=False)
+    return 200, TickResult(**_masked(job_id, result.model_dump()))
 
 
 def dry_run_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
-    return 200, tick_result(run_job(job_id, dry_run=True), dry_run=True)
+    result = tick_result(run_job(job_id, dry_run=True), dry_run=True)
+    return 200, TickResult(**_masked(job_id, result.model_dump()))
 
 
 def _done(job_id: str, action: str) -> Done:

@@ -72,7 +72,8 @@ def _job(job_id: str, agent: str | None) -> PollJob:
 
 
 # --- redaction ---------------------------------------------------------------------
-def _secrets(jobs: list[PollJob]) -> frozenset[str]:
+def secrets_for(jobs: list[PollJob]) -> frozenset[str]:
+    """The values to mask in output about ``jobs``: their ``${VAR}``s and the server's tokens."""
     agents = {j.agent for j in jobs}
     bindings = list(Agent.objects.filter(agent_id__in=agents).values_list("bindings", flat=True))
     found = set(secret_values([[j.config for j in jobs], bindings], os.environ))
@@ -259,9 +260,9 @@ def call_tool(
         raise ToolError("not_found", str(exc))
     except Exception as exc:
         if type(exc).__name__ in ("JobPaused", "ConfigError"):
-            raise ToolError("conflict", redact(str(exc), _secrets(_scope_jobs(args, agent))))
+            raise ToolError("conflict", redact(str(exc), secrets_for(_scope_jobs(args, agent))))
         raise
-    return {"tool": name, "result": redact_tree(result, _secrets(jobs)), "notice": DATA_NOTICE}
+    return {"tool": name, "result": redact_tree(result, secrets_for(jobs)), "notice": DATA_NOTICE}
 
 
 def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[PollJob]:
