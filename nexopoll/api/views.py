@@ -172,19 +172,10 @@ def list_deliveries(p: Principal, query: DeliveryQuery) -> tuple[int, BaseModel]
 
 
 def redeliver(p: Principal, delivery_id: str, body: RedeliverRequest) -> tuple[int, BaseModel]:
-    """Dead or held rows go back to pending (same id); a sent row only with ``force``."""
-    verb = getattr(services, "redeliver", None)  # the outbox's own verb, where present
-    if verb is not None:
-        ids = verb([delivery_id], force=body.force, now=timezone.now())
-        return 200, Redelivered(redelivered=[str(i) for i in ids])
-    row = Delivery.objects.filter(id=delivery_id).values_list("status", flat=True).first()
-    if row is None:
-        raise ApiError(404, f"unknown delivery {delivery_id}")
-    if row not in ("dead", "held"):
-        raise ApiError(409, f"delivery {delivery_id} is {row}: only dead or held rows are sent "
-                       "again")  # fmt: skip
-    operations.redeliver_rows([delivery_id])
-    return 200, Redelivered(redelivered=[delivery_id])
+    """``services.redeliver``: a dead, held or pending row back to pending, attempts reset,
+    queued under its own id; a sent row only with ``force``; a row being sent: 409."""
+    ids = services.redeliver([delivery_id], force=body.force, now=timezone.now())
+    return 200, Redelivered(redelivered=[str(i) for i in ids])
 
 
 J = "/api/pollers/{job_id}"
@@ -210,6 +201,6 @@ ROUTES = [
     Route("GET", "/api/deliveries", list_deliveries, "Outbox rows, newest first", VIEW_OUTBOX,
           {200: DeliveryPage}, query=DeliveryQuery, tags=("deliveries",)),
     Route("POST", "/api/deliveries/{delivery_id}/redeliver", redeliver,
-          "Send a dead or held row again, under the same delivery id", REDELIVER,
+          "Send a row again under the same delivery id (a sent one only with force)", REDELIVER,
           {200: Redelivered}, body=RedeliverRequest, tags=("deliveries",)),
 ]  # fmt: skip

@@ -53,5 +53,9 @@ def test_redeliver_refusals(api, jobs):
     error(api.post(f"/api/deliveries/{sent.id}/redeliver"), 409, "conflict")
     sent.refresh_from_db()
     assert sent.status == "sent"
+    r = api.post(f"/api/deliveries/{sent.id}/redeliver", {"force": True})
+    assert r.status_code == 200 and r.json()["redelivered"] == [str(sent.id)]
+    sent.refresh_from_db()
+    assert sent.status == "pending" and sent.attempts == 0
     error(api.post(f"/api/deliveries/{uuid.uuid4()}/redeliver"), 404)
     error(api.post("/api/deliveries/12345/redeliver"), 400)
