@@ -53,7 +53,7 @@ POLLER = PREFIX + "poller"
 ALL_KEYS = (TICKS, SEEN, DISPATCHED, LATENCY, TAKEOVERS, DELIVERIES, BEAT_LAG, POLLER)
 
 #: ``poller_latency_ms`` bucket bounds (ms); index ``len(...)`` is +Inf
-LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000)
+LATENCY_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1000, 5000, 30_000)
 #: beat dispatch lag bucket bounds (seconds)
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TICK_STATUSES = ("ok", "transient", "permanent", "skipped")
