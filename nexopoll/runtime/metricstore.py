@@ -154,14 +154,22 @@ def clear(client: Any) -> None:
 
 
 def tick_writer(report: Any) -> Any:
-    """What ``history.record`` calls to queue a ``TickReport``'s increments (None: metrics off)."""
+    """What ``history.record`` calls to queue a ``TickReport``'s increments (None: metrics
+    off). It never raises: a metrics bug must not keep the pipeline from releasing the lease."""
     if not enabled():
         return None
-    return lambda pipe: queue_tick(
-        pipe, report.job_id, status=report.status, ms=report.latency_ms, seen=report.items_seen,
-        dispatched=report.items_dispatched, takeover=report.takeover,
-        poller=report.poller_metrics,
-    )  # fmt: skip
+
+    def write(pipe: Any) -> None:
+        try:
+            queue_tick(
+                pipe, report.job_id, status=report.status, ms=report.latency_ms,
+                seen=report.items_seen, dispatched=report.items_dispatched,
+                takeover=report.takeover, poller=report.poller_metrics,
+            )  # fmt: skip
+        except Exception:
+            log.warning("metrics.tick_not_recorded job=%s", report.job_id, exc_info=True)
+
+    return write
 
 
 COUNTED_OUTCOMES = ("sent", "retry", "dead", "held")

@@ -41,7 +41,7 @@ def refused(code: str, name: str, args, **kw) -> str:
 
 def test_specs_in_both_function_calling_shapes(jobs):
     names = [s["name"] for s in tool_specs()]
-    assert names[:6] == BUILTIN and "scripted_peek" in names  # a poller's custom_tools()
+    assert names[:6] == BUILTIN and {"scripted_peek", "gmail_count_unread"} <= set(names)
     assert not any(n.startswith(("pollers_create", "pollers_delete")) for n in names)
     for spec in openai_tools(agent="ana"):
         assert spec["type"] == "function"
@@ -133,6 +133,11 @@ def test_bad_calls_get_clean_errors(jobs, name, args, code):
     message = refused(code, name, args, agent="ana")
     assert len(message) < 600 and "\n" not in message and "\x00" not in message
     assert not state("ana-1").paused and state("ana-1").ticks_total == 0
+
+
+def test_a_kinds_tool_refuses_a_job_of_another_kind(jobs):
+    message = refused("invalid_arguments", "gmail_count_unread", {"job_id": "ana-1"}, agent="ana")
+    assert "gmail" in message and "scripted" in message
 
 
 def test_custom_tool_is_dispatched_and_redacted(jobs, redis_client):
