@@ -5,7 +5,9 @@ Run from the repo root: ``PYTHONPATH=. .venv/bin/python -m bench.metrics [--mess
 Each measurement is bench.run's worker part: a fresh private Redis and SQLite copy of
 M/3 noop jobs, M ``nexopoll.tick`` messages queued, one ``-P prefork -c 1`` worker, its
 process tree's CPU read from the moment the first M/3 were consumed until the queue
-drained. Also read per mode: Redis commands per tick (``INFO stats``; a pipeline is one
+drained. Then the round trip itself: ``history.record`` (lease release + history
+entry) with and without the metric increments, client and redis-server CPU per call.
+Also read per mode: Redis commands per tick (``INFO stats``; a pipeline is one
 round trip, whatever its commands) and, with metrics on, one ``/metrics`` render's
 wall time for those jobs (``nexopoll.metrics.render`` in a ``manage.py shell``).
 Results go to bench/results/metrics-<time>.json.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +52,53 @@ def one(dbs: JobDBs, m: int, metrics: bool) -> dict[str, Any]:
     return res
 
 
+def micro(blocks: int = 10, per_block: int = 1000) -> dict[str, Any]:
+    """The tick's post-commit round trip alone (``history.record``), with and without the
+    metric increments on its pipeline, against a private Redis: client CPU, wall time and
+    redis-server CPU per call, in alternating blocks."""
+    from datetime import UTC, datetime
+
+    from nexopoll.runtime import history, metricstore
+
+    from .stack import RedisServer, free_port
+
+    server = RedisServer(free_port())
+    server.start()
+    client = server.client()
+    now = datetime.now(UTC)
+    totals = {m: {"cpu": 0.0, "wall": 0.0, "server": 0.0, "n": 0} for m in ("off", "on")}
+
+    def server_cpu() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    try:
+        for b in range(blocks * 2):
+            mode = ("off", "on")[b % 2]
+            t = totals[mode]
+            c0, w0, s0 = time.process_time(), time.perf_counter(), server_cpu()
+            for i in range(per_block):
+                job = f"b{i % 100:06d}"
+
+                def metrics(pipe: Any, job: str = job) -> None:
+                    metricstore.queue_tick(pipe, job, status="ok", ms=12, seen=3, dispatched=1)
+
+                history.record(client, job, at=now, status="ok", ms=12, seen=3, dispatched=1,
+                               metrics=metrics if mode == "on" else None)  # fmt: skip
+            t["cpu"] += time.process_time() - c0
+            t["wall"] += time.perf_counter() - w0
+            t["server"] += server_cpu() - s0
+            t["n"] += per_block
+    finally:
+        server.stop()
+    out = {m: {k: 1e6 * v / t["n"] for k, v in t.items() if k != "n"} for m, t in totals.items()}
+    return {f"{k}_us_{m}": out[m][k] for m in out for k in out[m]} | {
+        "added_client_cpu_us": out["on"]["cpu"] - out["off"]["cpu"],
+        "added_wall_us": out["on"]["wall"] - out["off"]["wall"],
+        "added_redis_cpu_us": out["on"]["server"] - out["off"]["server"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--messages", type=int, default=3000, help="ticks per measurement")
@@ -75,6 +125,7 @@ def main() -> None:
         "render_ms": statistics.median(r["render_ms"] for r in runs["on"]),
         "render_jobs": runs["on"][0]["jobs"],
     }
+    summary["record_round_trip"] = micro()
     print(json.dumps(summary, indent=2))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"metrics-{started.replace(':', '')}.json"
