@@ -80,3 +80,27 @@ def test_ticks_from_two_children_of_two_workers_sum_up_in_one_scrape(stack):  # 
         assert get(data, "poller_items_dispatched_total", kind="scripted", job_id=j) == 2
     pids = {int(p) for j in JOBS for p in r.lrange(f"test:done:{j}", 0, -1)}
     assert held_pids <= pids
+
+
+def test_beat_writes_its_dispatch_lag_and_lock(stack):  # noqa: F811
+    stack.write([job("lag", every=1)])
+    stack.reload()
+    stack.worker()
+    stack.beat()
+    wait_for(
+        lambda: (get(scrape(), "poller_beat_dispatch_lag_seconds_count") or 0) >= 3,
+        60,
+        what="beat's dispatch lag counted",
+    )
+    data = scrape()
+    assert get(data, "poller_beat_lock_held") == 1
+    count = get(data, "poller_beat_dispatch_lag_seconds_count")
+    assert get(data, "poller_beat_dispatch_lag_seconds_bucket", le="+Inf") == count
+    # once running, beat dispatches each slot within a second (start-up may be later)
+    on_time = get(data, "poller_beat_dispatch_lag_seconds_bucket", le="1.0")
+
+    def more_on_time() -> bool:
+        return get(scrape(), "poller_beat_dispatch_lag_seconds_bucket", le="1.0") >= on_time + 2
+
+    wait_for(more_on_time, 30, what="two more dispatches within a second of their slot")
+    wait_for(lambda: total(scrape(), "lag") >= 2, 30, what="ticks of the beat's job counted")
