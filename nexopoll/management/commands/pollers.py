@@ -1,4 +1,4 @@
-"""``manage.py pollers list|show|run|pause|resume|reset|reload|check|deliveries|redeliver``."""
+"""``manage.py pollers list|show|run|pause|resume|reset|reload|check|deliveries|redeliver|mcp``."""
 
 from __future__ import annotations
 
