@@ -204,7 +204,7 @@ class ClusterCollector:
             "poller_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open",
             labels=["job_id"],
         )  # fmt: skip
-        rows = PollState.objects.filter(job_id__in=list(jobs)).values_list(
+        rows = PollState.objects.filter(job_id__in=PollJob.objects.values("job_id")).values_list(
             "job_id", "consecutive_errors", "breaker_open_until"
         )
         for job_id, errs, open_until in rows.order_by("job_id"):
