@@ -40,24 +40,23 @@ class ApiError(Exception):
         return response
 
 
-# service-layer exceptions by class name (some live in modules other engineers own)
-_BY_NAME = {
-    "UnknownJob": 404,
-    "UnknownDelivery": 404,
-    "JobPaused": 409,
-    "RedeliverRefused": 409,
-    "BadRequest": 400,
-    "ConfigFileError": 422,
-}
-
-
 def from_service(exc: Exception) -> ApiError | None:
     """The API error for a service-layer exception, or None (a bug: let it raise)."""
-    name = type(exc).__name__
-    if name == "ReloadRefused":
-        issues = [str(i) for i in getattr(exc, "issues", [])]
+    from nexopoll import services
+    from nexopoll.core.config import ConfigFileError
+
+    if isinstance(exc, services.ReloadRefused):
+        issues = [str(i) for i in exc.issues]
         return ApiError(422, "reload refused (strict): the file has invalid jobs", details=issues)
-    status = _BY_NAME.get(name)
-    if status is None:
-        return None
-    return ApiError(status, str(exc))
+    statuses: list[tuple[type[Exception], int]] = [
+        (services.UnknownJob, 404),
+        (services.UnknownDelivery, 404),
+        (services.JobPaused, 409),
+        (services.RedeliverRefused, 409),
+        (services.BadRequest, 400),
+        (ConfigFileError, 422),
+    ]
+    for cls, status in statuses:
+        if isinstance(exc, cls):
+            return ApiError(status, str(exc))
+    return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from django.db.models import Q
@@ -90,12 +89,8 @@ def tick_result(report: Any, *, dry_run: bool) -> TickResult:
 
 
 def run_job(job_id: str, *, dry_run: bool, force: bool = False) -> Any:
-    """``services.run_job``; ``force`` ticks a paused job (where the service refuses one)."""
-    extra = {"force": True} if force and _RUN_HAS_FORCE else {}
-    return services.run_job(job_id, now=timezone.now(), dry_run=dry_run, **extra)
-
-
-_RUN_HAS_FORCE = "force" in inspect.signature(services.run_job).parameters
+    """``services.run_job``: a paused job is refused (409) unless ``force``."""
+    return services.run_job(job_id, now=timezone.now(), dry_run=dry_run, force=force)
 
 
 def run_poller(p: Principal, job_id: str, body: RunRequest) -> tuple[int, BaseModel]:

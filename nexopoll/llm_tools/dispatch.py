@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from nexopoll import services
+from nexopoll.core.errors import ConfigError
 from nexopoll.core.redact import redact, secret_values
 from nexopoll.models import Agent, PollJob, PollState
 
@@ -259,7 +260,7 @@ def call_tool(
     except services.UnknownJob as exc:
         raise ToolError("not_found", str(exc))
     except Exception as exc:
-        if type(exc).__name__ in ("JobPaused", "ConfigError"):
+        if isinstance(exc, services.JobPaused | ConfigError):
             raise ToolError("conflict", redact(str(exc), secrets_for(_scope_jobs(args, agent))))
         raise
     return {"tool": name, "result": redact_tree(result, secrets_for(jobs)), "notice": DATA_NOTICE}

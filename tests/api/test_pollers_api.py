@@ -160,3 +160,13 @@ def test_ten_thousand_jobs_list_fast(api, cfg):
         assert len(queries) <= 4, [q["sql"] for q in queries]
         assert elapsed < 1.5, f"{url} took {elapsed:.2f} s"
     assert api.get("/api/pollers?paused=true&limit=1").json()["total"] == 5000
+
+
+def test_run_of_a_paused_job_is_409_unless_forced(api, jobs, redis_client):
+    redis_client.rpush("test:src:gamma", 1)  # gamma is paused on boot
+    assert "paused" in error(api.post("/api/pollers/gamma/run"), 409, "conflict")
+    assert state("gamma").ticks_total == 0
+    r = api.post("/api/pollers/gamma/run", {"force": True})
+    assert r.status_code == 200 and r.json()["committed"]
+    assert state("gamma").ticks_total == 1 and state("gamma").paused
+    assert api.post("/api/pollers/gamma/dry-run").status_code == 200  # a dry run always may

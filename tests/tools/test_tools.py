@@ -89,6 +89,8 @@ def test_run_pause_resume_effects(jobs, redis_client):
     assert bytes(state("ana-1").cursor) == b"2" and state("ana-1").ticks_total == 1
     call_tool("pollers_pause", {"id": "ana-2"}, agent="ana")
     assert state("ana-2").paused and "ana" in state("ana-2").paused_reason
+    refused("conflict", "pollers_run", {"id": "ana-2"}, agent="ana")  # paused: not ticked
+    assert state("ana-2").ticks_total == 0
     call_tool("pollers_resume", {"id": "ana-2"}, agent="ana")
     assert not state("ana-2").paused
 
