@@ -105,7 +105,8 @@ test: venv redis-bin browser-deps example-packages
 # The DB suite (runtime and integration tests: everything that touches the DB,
 # Celery workers included) on PostgreSQL.
 test-pg: venv redis-bin
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/runtime tests/admin tests/integration
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/runtime tests/admin tests/integration \
+	  tests/api tests/metrics tests/tools
 
 lint: venv
 	$(VENV)/bin/ruff check .

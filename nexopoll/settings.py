@@ -190,6 +190,14 @@ NEXOPOLL_PLUGIN_RESTART_CAP_SECS = env_float("NEXOPOLL_PLUGIN_RESTART_CAP_SECS",
 NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS = env_float("NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS", 60.0)
 NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS = env_float("NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS", 600.0)
 
+# Metrics and the JSON API (nexopoll/metrics.py, nexopoll/api/): cluster-wide counters in
+# Redis (NEXOPOLL_METRICS=false stops writing them); /metrics wants this bearer token when
+# set; API requests per client per minute; agents' LLM tools may act on every job.
+NEXOPOLL_METRICS = env_bool("NEXOPOLL_METRICS", True)
+NEXOPOLL_METRICS_TOKEN = env_secret("NEXOPOLL_METRICS_TOKEN", "")
+NEXOPOLL_API_RATE_PER_MIN = env_int("NEXOPOLL_API_RATE_PER_MIN", 600)
+NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
+
 # --- Celery -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL

@@ -1,10 +1,12 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-from . import views
+from . import metrics, views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", views.healthz),
     path("demo/items", views.demo_items),
+    path("metrics", metrics.metrics_view),
+    path("", include("nexopoll.api.urls")),
 ]

@@ -37,7 +37,7 @@ from redbeat.schedulers import (
 
 from nexopoll.core.schedule import next_slot, schedule_from_dict
 
-from . import keys
+from . import keys, metricstore
 from .publish import TickPublisher
 
 log = logging.getLogger("nexopoll.beat")
@@ -301,6 +301,8 @@ class NexopollScheduler(RedBeatScheduler):
         upcoming = {key: score for key, score in scores.items() if score >= 0}
         meta = json.dumps({"last_run_at": now}, cls=RedBeatJSONEncoder)
         with client.pipeline(transaction=False) as pipe:
+            # poller_beat_dispatch_lag_seconds, in the same round trip
+            metricstore.queue_beat_lag(pipe, (now_ts - score for _key, score in due))
             if upcoming:  # GT keeps a later slot a tick pushed meanwhile (next_interval_hint)
                 pipe.zadd(zkey, upcoming, xx=True, gt=True)
             if done:

@@ -44,6 +44,7 @@ from nexopoll.core.errors import (
 from nexopoll.core.redact import redact, secret_values
 
 from ..models import Agent, Delivery, DeliveryStatus
+from . import metricstore
 
 log = logging.getLogger("nexopoll.delivery")
 
@@ -74,6 +75,7 @@ def deliver_rows(
             outcomes[i] = "deferred"
         else:
             outcomes[i] = deliver_one(i, now=clock())
+    metricstore.record_outcomes(outcomes)  # poller_deliveries_total{channel,status}
     return outcomes
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -81,10 +82,12 @@ def record(
     reason: str = "",
     manual: bool = False,
     held: Lease | None = None,
+    metrics: Callable[[redis.client.Pipeline], None] | None = None,
 ) -> None:
     """Append one entry (and release ``held``) in one pipelined round trip.
 
     ``error`` must already be redacted: the runtime only stores masked errors.
+    ``metrics`` queues the tick's metric increments on the same pipeline.
     """
     entry: dict[str, Any] = {
         "at": at.timestamp(), "status": status, "ms": ms, "seen": seen, "dispatched": dispatched,
@@ -95,6 +98,8 @@ def record(
     pipe = client.pipeline(transaction=False)
     if held is not None:
         release_in(client, pipe, held)
+    if metrics is not None:
+        metrics(pipe)
     if start_cursor is not None:
         d = entry["c"] = digest(start_cursor)
         pipe.hsetnx(cursors_key(job_id), d, base64.b64encode(start_cursor).decode())

@@ -32,6 +32,8 @@ class TickHost:
     env: Any
     deliveries: list[PendingDelivery] = field(default_factory=list)
     post_commit: list[Callable[[], None]] = field(default_factory=list)
+    # metric_inc counts, written with the tick's metrics (poller_metric_total)
+    metric_counts: dict[tuple[str, tuple], int] = field(default_factory=dict)
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
         get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
@@ -61,6 +63,11 @@ class TickHost:
         )
 
     def metric_inc(self, name: str, **labels: str) -> None:
+        """Count ``name`` (``poller_metric_total{job_id, name, labels…}``), cluster-wide."""
+        from .metricstore import poller_key
+
+        key = poller_key(name, labels)
+        self.metric_counts[key] = self.metric_counts.get(key, 0) + 1
         log.debug("poller.metric job=%s %s %s", self.job_id, name, labels)
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:

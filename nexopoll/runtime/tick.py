@@ -31,7 +31,7 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 
 from ..models import Delivery
-from . import definitions, history, lease, logredact, store, tickfail
+from . import definitions, history, lease, logredact, metricstore, store, tickfail
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
@@ -46,6 +46,10 @@ class TickReport:
     job_id: str
     status: str  # ok | transient | permanent | skipped | fenced
     reason: str = ""
+    # metrics (runtime/metricstore.py): it took over a lease whose tick never finished;
+    # the poller's own metric_inc counts
+    takeover: bool = False
+    poller_metrics: dict = field(default_factory=dict)
     epoch: int | None = None
     items_seen: int = 0
     items_dispatched: int = 0
@@ -97,6 +101,7 @@ def tick_job(
         ttl = lease_ttl_ms or int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)
         held = lease.try_acquire(get_redis(), job_id, ttl)
         if held is None:
+            metricstore.count_skipped(job_id)  # no history entry for this one: count it here
             return _skipped(job_id, "lease busy")
     report: TickReport | None = None
     try:
@@ -122,7 +127,7 @@ def _release_and_record(
             get_redis(), job_id, at=now, status=report.status, ms=report.latency_ms,
             seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
             epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
-            manual=manual, held=held,
+            manual=manual, held=held, metrics=metricstore.tick_writer(report),
         )  # fmt: skip
     except Exception:  # the lease expires on its own; never mask the tick's result
         log.warning("lease.release_failed job=%s", job_id, exc_info=True)
@@ -178,6 +183,7 @@ def _run(
         if not report.committed and not manual:
             _clear_running(job_id, t.epoch)
         report.start_cursor = row["cursor"]
+        report.takeover = crashed
     return report
 
 
@@ -197,6 +203,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
             exc = e
     latency_ms = int((time.monotonic() - started) * 1000)
     report = TickReport(job.job_id, "ok", epoch=t.epoch, latency_ms=latency_ms)
+    report.poller_metrics = host.metric_counts
     if exc is None:
         assert ack is not None
         decision = plan_success(t.start, now=now, policy=t.policy,

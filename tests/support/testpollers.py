@@ -8,7 +8,8 @@ RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
-is deleted.
+is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``;
+the ``scripted_peek`` custom tool counts the source items.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import redis
 
-from nexopoll.core.contract import PollContext, Poller, TickAck
+from nexopoll.core.contract import PollContext, Poller, TickAck, ToolSpec
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 
 
@@ -64,9 +65,31 @@ class ScriptedPoller(Poller):
             r.set(f"test:blocked:{job}", os.getpid())
             while r.exists(barrier) and not ctx.cancel.cancelled:
                 time.sleep(0.02)
+        for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
+            ctx.host.metric_inc(name, source="scripted")
         r.rpush(f"test:done:{job}", os.getpid())
         return TickAck(
             next_cursor=str(new[-1]).encode() if new else None,
             items_seen=len(ids),
             items_dispatched=len(new),
         )
+
+    def custom_tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name="scripted_peek",
+                description="How many source items a scripted job has (test tool).",
+                parameters={
+                    "type": "object",
+                    "properties": {"job_id": {"type": "string"}},
+                    "required": ["job_id"],
+                    "additionalProperties": False,
+                },
+                handler=self.peek,
+            )
+        ]
+
+    def peek(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Echoes the job's expanded config: the dispatcher must mask its secrets."""
+        n = _client().llen(f"test:src:{args['job_id']}")
+        return {"job_id": args["job_id"], "items": n, "config": args["job"]["config"]}

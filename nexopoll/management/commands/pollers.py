@@ -1,4 +1,4 @@
-"""``manage.py pollers list|show|run|pause|resume|reset|reload|check|deliveries|redeliver``."""
+"""``manage.py pollers list|show|run|pause|resume|reset|reload|check|deliveries|redeliver|mcp``."""
 
 from __future__ import annotations
 
@@ -70,6 +70,8 @@ class Command(BaseCommand):
         p.add_argument("--json", action="store_true")
         p = sub.add_parser("plugins", help="subprocess plugins: manifests, kinds and state")
         p.add_argument("--json", action="store_true")
+        p = sub.add_parser("mcp", help="serve the LLM tools over MCP on stdio")
+        p.add_argument("--agent", help="scope the tools to this agent's jobs")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         verb = opts["verb"]
@@ -325,6 +327,12 @@ class Command(BaseCommand):
             )
         if any(r["state"] != "ok" for r in found):
             raise CommandError("some plugin manifests are invalid")
+
+    def do_mcp(self, **opts: Any) -> None:
+        """The LLM tools over the Model Context Protocol (stdio: nothing else on stdout)."""
+        from nexopoll.llm_tools.mcp_server import serve
+
+        serve(agent=opts["agent"])
 
 
 def _plugin_problems() -> list[str]:

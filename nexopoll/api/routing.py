@@ -1,0 +1,150 @@
+"""The route table's machinery: one Django view per path, validation by the route's models.
+
+Query strings are validated by the route's ``query`` model (a bad one is 400), JSON
+bodies by its ``body`` model (malformed JSON 400, a body that does not fit 422).
+Handlers get the principal and validated models, and return ``(status, model)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel, ValidationError
+
+from . import auth
+from .errors import ApiError, from_service
+from .schemas import JOB_ID_PATTERN, UUID_PATTERN
+
+PATH_PARAMS = {"job_id": JOB_ID_PATTERN, "delivery_id": UUID_PATTERN}
+MAX_BODY = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # OpenAPI style: /api/pollers/{job_id}
+    handler: Callable[..., tuple[int, BaseModel]]
+    summary: str
+    perm: str
+    responses: dict[int, type[BaseModel]]
+    query: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    tags: tuple[str, ...] = field(default=())
+
+    @property
+    def params(self) -> list[str]:
+        return re.findall(r"{(\w+)}", self.path)
+
+    @property
+    def django_path(self) -> str:
+        return re.sub(r"{(\w+)}", r"<str:\1>", self.path.lstrip("/"))
+
+
+def _issues(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"loc": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+
+
+def parse_query(request: HttpRequest, model: type[BaseModel] | None) -> BaseModel | None:
+    data: dict[str, str] = {}
+    for key in request.GET:
+        values = request.GET.getlist(key)
+        if len(values) > 1:
+            raise ApiError(400, f"query parameter {key!r} given more than once")
+        data[key] = values[0]
+    if model is None:
+        if data:
+            raise ApiError(400, f"unexpected query parameter(s): {', '.join(sorted(data))}")
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(400, "invalid query parameters", details=_issues(exc)) from None
+
+
+def parse_body(request: HttpRequest, model: type[BaseModel] | None) -> BaseModel | None:
+    raw = request.body[: MAX_BODY + 1]
+    if len(raw) > MAX_BODY:
+        raise ApiError(400, f"request body over {MAX_BODY} bytes")
+    if model is None:
+        return None
+    data: Any = {}
+    if raw.strip():
+        ctype = request.content_type or ""
+        if ctype != "application/json":
+            raise ApiError(400, "the request body must be JSON (Content-Type: application/json)")
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"malformed JSON: {exc}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ApiError(422, _summary(exc), details=_issues(exc)) from None
+
+
+def _summary(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    return f"invalid request body: {where}: {first['msg']}"
+
+
+def check_params(kwargs: dict[str, str]) -> None:
+    for name, value in kwargs.items():
+        if not re.fullmatch(PATH_PARAMS[name].strip("^$"), value):
+            raise ApiError(400, f"invalid {name.replace('_', ' ')}: {value[:120]!r}")
+
+
+def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
+    """The Django view serving every method of one path."""
+    by_method = {r.method: r for r in routes}
+
+    @csrf_exempt  # CSRF is enforced for sessions in auth.authenticate (bearer needs none)
+    @never_cache
+    def view(request: HttpRequest, **kwargs: str) -> JsonResponse:
+        route = by_method.get(request.method or "")
+        try:
+            if route is None:
+                raise ApiError(
+                    405, f"{request.method} is not allowed here",
+                    headers={"Allow": ", ".join(sorted(by_method))},
+                )  # fmt: skip
+            try:
+                principal = auth.authenticate(request, unsafe=route.method != "GET")
+            except ApiError as exc:
+                if exc.status == 401:  # failed logins count against the address
+                    auth.rate_limit(auth.client_address(request))
+                raise
+            auth.rate_limit(principal.client)
+            principal.require(route.perm)
+            check_params(kwargs)
+            query = parse_query(request, route.query)
+            body = parse_body(request, route.body)
+            args: dict[str, Any] = dict(kwargs)
+            if query is not None:
+                args["query"] = query
+            if body is not None:
+                args["body"] = body
+            try:
+                status, result = route.handler(principal, **args)
+            except ApiError:
+                raise
+            except Exception as exc:
+                mapped = from_service(exc)
+                if mapped is None:
+                    raise
+                raise mapped from None
+        except ApiError as exc:
+            return exc.response()
+        return JsonResponse(result.model_dump(mode="json"), status=status)
+
+    return view

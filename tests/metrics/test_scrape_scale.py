@@ -1,0 +1,36 @@
+"""One scrape with 10,000 jobs that all ticked stays well inside a scrape timeout."""
+
+from __future__ import annotations
+
+import time
+
+from django.test import Client
+
+from nexopoll.models import PollJob, PollState
+from nexopoll.runtime import metricstore
+
+from .test_metrics import cfg, samples  # noqa: F401 (fixture)
+
+N = 10_000
+
+
+def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
+    ids = [f"job{i:05d}" for i in range(N)]
+    PollJob.objects.bulk_create(
+        [PollJob(job_id=j, kind="scripted", agent="ana", schedule={"every_secs": 60}, config={},
+                 definition_hash="h") for j in ids], batch_size=1000,
+    )  # fmt: skip
+    PollState.objects.bulk_create([PollState(job_id=j) for j in ids], batch_size=1000)
+    pipe = redis_client.pipeline(transaction=False)
+    for j in ids:
+        metricstore.queue_tick(pipe, j, status="ok", ms=12, seen=3, dispatched=1)
+    pipe.execute()
+    started = time.monotonic()
+    response = Client().get("/metrics")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    data = samples(response.content.decode())
+    ticks = [v for (name, _), v in data.items() if name == "poller_ticks_total"]
+    assert len(ticks) == N and sum(ticks) == N
+    print(f"scrape of {N} jobs: {elapsed:.2f} s, {len(response.content) / 1e6:.1f} MB")
+    assert elapsed < 10, f"{elapsed:.1f} s"
