@@ -121,9 +121,13 @@ def test_max_concurrent_ticks_holds_across_two_worker_processes(
     cfg = {"mode": "slow", "secs": 0.4, "probe": str(probe)}
     stack.write([job(f"s{i}", "solo_kind", cfg) for i in range(4)])
     assert not stack.reload().issues
+    # a tick that times out waiting its turn is killed before its "-" line, which would
+    # read as an overlap: give ticks the manifest's full 20 s (not the tests' 3 s lease)
+    stack.env_extra["NEXOPOLL_LEASE_MIN_SECS"] = "30"
     stack.worker("w1")
     stack.worker("w2")
     stack.beat()
+
     def enough() -> bool:
         if not probe.exists() or probe.read_text().count("-") < 12:
             return False
