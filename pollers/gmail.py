@@ -49,16 +49,17 @@ import re
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import model_validator as _model_validator
 
-from nexopoll.core.contract import CancelToken, PollContext, Poller, TickAck, ToolSpec
+from nexopoll.core.contract import CancelToken, PollContext, TickAck, ToolSpec
 from nexopoll.core.errors import CredentialsMissingError, PermanentError
 from nexopoll.core.templates import TemplateError, check_template, render
 
 from . import _google
+from ._base import ConfiguredPoller
 from ._mail import BUILTIN_FIELDS, MailMessage, parse_message, sender_allowed
-from .webhook_poll import DeliverTarget, _config_error
+from .webhook_poll import DeliverTarget
 
 CURSOR_VERSION = 1
 SEEN_CAPACITY = 5000
@@ -139,18 +140,10 @@ class GmailConfig(BaseModel):
         return f"{self.query} newer_than:{self.newer_than}" if self.newer_than else self.query
 
 
-class GmailPoller(Poller):
+class GmailPoller(ConfiguredPoller):
     kind = "gmail"
     description = "Search Gmail, extract fields with regexes, deliver each new mail once."
-
-    def parse_config(self, raw: dict[str, Any]) -> GmailConfig:
-        try:
-            return GmailConfig.model_validate(raw)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
-    def validate(self, config: dict[str, Any]) -> None:
-        self.parse_config(config)
+    config_model = GmailConfig
 
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)

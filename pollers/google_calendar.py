@@ -39,12 +39,13 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from nexopoll.core.contract import PollContext, Poller, TickAck
+from nexopoll.core.contract import PollContext, TickAck
 from nexopoll.core.errors import PermanentError
 from nexopoll.core.templates import TemplateError, check_template, render
 
 from . import _google
-from .webhook_poll import DeliverTarget, _config_error
+from ._base import ConfiguredPoller
+from .webhook_poll import DeliverTarget
 
 CURSOR_VERSION = 1
 SEEN_CAPACITY = 1000
@@ -83,18 +84,10 @@ class SyncCursor(BaseModel):
     note: str | None = None
 
 
-class GoogleCalendarPoller(Poller):
+class GoogleCalendarPoller(ConfiguredPoller):
     kind = "google_calendar"
     description = "Google Calendar incremental sync: deliver created, changed and cancelled events."
-
-    def parse_config(self, raw: dict[str, Any]) -> GoogleCalendarConfig:
-        try:
-            return GoogleCalendarConfig.model_validate(raw)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
-    def validate(self, config: dict[str, Any]) -> None:
-        self.parse_config(config)
+    config_model = GoogleCalendarConfig
 
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)

@@ -47,14 +47,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from nexopoll.core.contract import PollContext, Poller, TickAck
-from nexopoll.core.errors import ConfigError, PermanentError
+from nexopoll.core.contract import PollContext, TickAck
+from nexopoll.core.errors import PermanentError
 from nexopoll.core.templates import TemplateError, check_template, render
 from nexopoll.net import http
 
 from . import _http
+from ._base import ConfiguredPoller
 from .rss_feed import TEMPLATE_FIELDS, Entry, Feed, charset_of, parse_feed
 from .webhook_poll import DeliverTarget
 
@@ -165,7 +166,7 @@ class RssCursor:
         return timedelta(seconds=self.feed_hint_secs) if self.feed_hint_secs else None
 
 
-class RssPoller(Poller):
+class RssPoller(ConfiguredPoller):
     """Poll a feed; deliver each entry whose id was not seen before.
 
     Args:
@@ -178,23 +179,10 @@ class RssPoller(Poller):
 
     kind = "rss"
     description = "Poll an RSS/Atom feed (conditional GET) and deliver new entries."
+    config_model = RssConfig
 
     def __init__(self, fetch: FetchFn | None = None) -> None:
         self._fetch: FetchFn = fetch or http.fetch
-
-    def parse_config(self, raw: dict[str, Any]) -> RssConfig:
-        """Validate ``raw`` (``${VAR}`` already expanded).
-
-        Raises:
-            ConfigError: with ``path`` naming the first bad field (``config.feed_url``).
-        """
-        try:
-            return RssConfig.model_validate(raw)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
-    def validate(self, config: dict[str, Any]) -> None:
-        self.parse_config(config)
 
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)
@@ -307,17 +295,6 @@ def seen_key(ident: str) -> str:
     if len(ident) <= MAX_ID_CHARS:
         return ident
     return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()
-
-
-def _config_error(exc: ValidationError) -> ConfigError:
-    problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        path = ".".join(["config", *(str(p) for p in err["loc"])])
-        problems.append((path, err["msg"].removeprefix("Value error, ")))
-    path, reason = problems[0]
-    if len(problems) > 1:
-        reason += "; also " + "; ".join(f"{p}: {m}" for p, m in problems[1:])
-    return ConfigError(reason, path=path)
 
 
 __all__ = ["Feed", "RssConfig", "RssCursor", "RssPoller", "fetch_feed", "parse_feed"]

@@ -62,19 +62,19 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
 from nexopoll.core.config.model import DeliverTargetModel
-from nexopoll.core.contract import PollContext, Poller, TickAck
-from nexopoll.core.errors import ConfigError, PermanentError, TransientError
+from nexopoll.core.contract import PollContext, TickAck
+from nexopoll.core.errors import PermanentError, TransientError
 from nexopoll.core.templates import TemplateError, check_path, check_template, lookup, render
 from nexopoll.net import http
 from nexopoll.net.urls import InvalidURLError, checked_url
 
 from . import _http
+from ._base import ConfiguredPoller
 from .webhook_seen import (
     MAX_LISTING,
     decode_cursor,
@@ -197,7 +197,7 @@ class WebhookPollConfig(BaseModel):
         return frozenset(n for n in self.headers if n.lower() not in NON_SECRET_HEADERS)
 
 
-class WebhookPollPoller(Poller):
+class WebhookPollPoller(ConfiguredPoller):
     """Poll a JSON endpoint; deliver each item whose id was not seen before.
 
     Args:
@@ -208,23 +208,10 @@ class WebhookPollPoller(Poller):
 
     kind = "webhook_poll"
     description = "Poll a JSON API (GET/POST) and deliver new items, deduplicated by id."
+    config_model = WebhookPollConfig
 
     def __init__(self, fetch: FetchFn | None = None) -> None:
         self._fetch: FetchFn = fetch or http.fetch
-
-    def parse_config(self, raw: dict[str, Any]) -> WebhookPollConfig:
-        """Validate ``raw`` (``${VAR}`` already expanded) into a typed config.
-
-        Raises:
-            ConfigError: with ``path`` naming the first bad field (``config.url``).
-        """
-        try:
-            return WebhookPollConfig.model_validate(raw)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
-    def validate(self, config: dict[str, Any]) -> None:
-        self.parse_config(config)
 
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)
@@ -364,15 +351,3 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, int | float):
         return "number"
     return "null" if value is None else type(value).__name__
-
-
-def _config_error(exc: ValidationError) -> ConfigError:
-    problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        path = ".".join(["config", *(str(p) for p in err["loc"])])
-        msg = err["msg"].removeprefix("Value error, ")
-        problems.append((path, msg))
-    path, reason = problems[0]
-    if len(problems) > 1:
-        reason += "; also " + "; ".join(f"{p}: {m}" for p, m in problems[1:])
-    return ConfigError(reason, path=path)
