@@ -31,13 +31,16 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.db.models.functions import Now
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from nexopoll.channels import OutboundMessage, get_channel
+from nexopoll.core.bindings import BUILTIN_BINDING_SCHEMAS, requires_binding
 from nexopoll.core.breaker import backoff_delay
 from nexopoll.core.config import expand_env
 from nexopoll.core.errors import (
@@ -134,6 +137,7 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
     try:
         channel = get_channel(row.channel)
         binding = expand_env(raw_binding, env, path=f"agents.{row.agent}.{row.channel}")
+        check_binding(channel, row.agent, binding, present=row.channel in (agent_bindings or {}))
         channel.send(
             _message(row),
             binding,
@@ -163,6 +167,27 @@ def _message(row: Delivery) -> OutboundMessage:
         attempt=row.attempts,
         purpose=row.purpose,
     )
+
+
+def check_binding(channel: Any, agent: str, binding: dict, *, present: bool) -> None:
+    """ConfigError (the row is held) when ``binding`` does not fit the channel's schema.
+
+    The loader checked it with the loader's environment; a worker's may differ. The
+    message names fields, never values.
+    """
+    schema = getattr(channel, "binding_schema", None) or BUILTIN_BINDING_SCHEMAS.get(channel.name)
+    if schema is None:
+        return
+    if not present and requires_binding(schema):
+        raise ConfigError(f"agent {agent!r} has no {channel.name} binding")
+    try:
+        schema.model_validate(binding)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(binding)'}: {e['msg']}" for e in errors
+        )
+        raise ConfigError(f"agents.{agent}.{channel.name}: {detail}") from None
 
 
 def _must_wait(delivery_id: str, *, now: datetime) -> bool:
