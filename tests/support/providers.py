@@ -61,7 +61,7 @@ TELEGRAM = Provider(
             "description": "Too Many Requests: retry after 5",
             "parameters": {"retry_after": 5},
         },
-    ),  # fmt: skip
+    ),
     bad_recipient=_json(
         400, {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"}
     ),
