@@ -145,7 +145,10 @@ LOGGING = {
             "handlers": ["console"],
             "level": env_str("NEXOPOLL_LOG_LEVEL", "INFO"),
             "propagate": False,
-        }
+        },
+        # urllib3 logs each request line at DEBUG, and a Telegram request's path holds
+        # the bot token: those lines never pass, whatever the root level
+        "urllib3": {"level": "WARNING"},
     },
 }
 

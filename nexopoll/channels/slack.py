@@ -18,6 +18,7 @@ per channel (per webhook for webhooks).
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from nexopoll.core.bindings import SlackBinding
@@ -28,6 +29,8 @@ from . import OutboundMessage
 from ._api import api_base, json_body, message_text, post_json
 
 DEFAULT_BASE = "https://slack.com/api"
+# Slack's error words ("no_service"); any other answer text is dropped, never quoted
+ERROR_WORD_RE = re.compile(r"[a-z_]{1,64}", re.ASCII)
 MAX_TEXT = 40_000
 TRANSIENT_ERRORS = frozenset(
     {"ratelimited", "rate_limited", "service_unavailable", "internal_error", "fatal_error",
@@ -58,18 +61,23 @@ class SlackChannel:
         b = SlackBinding.model_validate(binding)
         text = message_text(message, MAX_TEXT)
         if b.webhook_url:
-            resp = post_json(
-                b.webhook_url,
-                {"text": text},
-                message,
-                deadline_secs=deadline_secs,
-                trusted=b.allow_private_networks,
-                what="slack webhook",
-            )
+            try:
+                resp = post_json(
+                    b.webhook_url,
+                    {"text": text},
+                    message,
+                    deadline_secs=deadline_secs,
+                    trusted=b.allow_private_networks,
+                    what="slack webhook",
+                )
+            except http.FetchError as exc:  # its text names the URL: a secret here
+                raise TransientError(f"slack webhook: {type(exc).__name__}") from None
+            except ConfigError:
+                raise ConfigError("slack webhook_url refused (a private address?)") from None
             if 200 <= resp.status < 300:
                 return
-            word = resp.body[:200].decode("utf-8", "replace").strip()
-            raise classify(resp, word)
+            word = resp.body[:100].decode("utf-8", "replace").strip()
+            raise classify(resp, word if ERROR_WORD_RE.fullmatch(word) else "")
         base, trusted = api_base("NEXOPOLL_SLACK_API_BASE", DEFAULT_BASE)
         resp = post_json(
             f"{base}/chat.postMessage",
@@ -88,7 +96,7 @@ class SlackChannel:
 
 def classify(resp: http.Response, word: str) -> Exception:
     """The error for a Slack answer: its status and its error word (``channel_not_found``)."""
-    word = "".join(c for c in word if c.isalnum() or c in "_-")[:100]
+    word = word if ERROR_WORD_RE.fullmatch(word) else ""
     text = f"slack answered {resp.status}" + (f": {word}" if word else "")
     if resp.status == 429 or resp.status >= 500 or word in TRANSIENT_ERRORS:
         return TransientError(text, http.parse_retry_after(resp.headers.get("Retry-After")))

@@ -33,6 +33,7 @@ class Provider:
     server_error: Handler
     too_many: Handler  # 429, "retry after 5 s" in the provider's own words
     bad_recipient: Handler
+    fast: dict[str, Any] = field(default_factory=dict)  # binding fields lifting rate limits
     base_env: str | None = None
     recipient: str = "42"
     text_of: Callable[[dict[str, Any]], str] = field(default=lambda doc: doc.get("text", ""))
@@ -51,6 +52,7 @@ TELEGRAM = Provider(
     path=f"/api/bot{CANARY}/sendMessage",
     base_env="NEXOPOLL_TELEGRAM_API_BASE",
     binding=lambda srv: {"account": "ana_bot", "token": "${CANARY_TOKEN}"},
+    fast={"max_per_second": 1000, "max_per_chat_per_second": 1000},
     ok=_json(200, {"ok": True, "result": {"message_id": 7}}),
     server_error=_json(502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}),
     too_many=_json(
@@ -73,6 +75,7 @@ WHATSAPP = Provider(
     path="/api/1234567890/messages",
     base_env="NEXOPOLL_WHATSAPP_API_BASE",
     binding=lambda srv: {"phone_number_id": "1234567890", "token": "${CANARY_TOKEN}"},
+    fast={"max_per_second": 1000},
     ok=_json(200, {"messaging_product": "whatsapp", "messages": [{"id": "wamid.X"}]}),
     server_error=_json(500, {"error": {"message": "Service temporarily unavailable", "code": 2}}),
     too_many=_json(
@@ -91,6 +94,7 @@ SLACK_BOT = Provider(
     path="/api/chat.postMessage",
     base_env="NEXOPOLL_SLACK_API_BASE",
     binding=lambda srv: {"account": "ana_ws", "token": "${CANARY_TOKEN}"},
+    fast={"max_per_channel_per_second": 1000},
     ok=_json(200, {"ok": True, "channel": "C1", "ts": "1.2"}),
     server_error=_json(200, {"ok": False, "error": "internal_error"}),
     too_many=_json(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "5"}),
@@ -106,6 +110,7 @@ SLACK_WEBHOOK = Provider(
         "webhook_url": "${CANARY_HOOK_URL}",
         "allow_private_networks": True,
     },
+    fast={"max_per_channel_per_second": 1000},
     ok=reply(200, b"ok"),
     server_error=reply(500, b"internal_error"),
     too_many=reply(429, b"rate_limited", {"Retry-After": "5"}),
