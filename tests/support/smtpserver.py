@@ -44,7 +44,7 @@ class _Handler:
             self.server.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
         if self.server.drop_after_data:
             self.server.drop_after_data = False
-            session.transport.close()  # taken, but the client never hears "250"
+            srv.transport.close()  # taken, but the client never hears "250"
             return "250 OK"
         return "250 OK"
 
