@@ -18,10 +18,18 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .envrefs import is_secret_key
 from .limits import BINDING_KEY_RE, is_name, must_match
+from .templates import TemplateError, check_template
 
 SECRET: dict[str, Any] = {"secret": True}
 ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", re.ASCII)
@@ -141,6 +149,16 @@ class EmailBinding(BaseModel):
             raise ValueError("must be an e-mail address (name@example.com or 'Name <a@b.c>')")
         return value
 
+    @field_validator("subject")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_template(value)
+            except TemplateError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
 
 class StreamBinding(BaseModel):
     """``agents.<id>.stream``: deliveries go to the Redis Stream
@@ -188,7 +206,13 @@ def public_view(binding: Mapping[str, Any], schema: type[BaseModel] | None) -> d
 
 def requires_binding(schema: type[BaseModel] | None) -> bool:
     """True when an empty binding would not validate (the channel cannot send without one)."""
-    return schema is not None and any(f.is_required() for f in schema.model_fields.values())
+    if schema is None:
+        return False
+    try:
+        schema.model_validate({})
+    except ValidationError:
+        return True
+    return False
 
 
 def generic_binding_problems(binding: Mapping[str, Any]) -> Iterator[tuple[tuple[str], str]]:
