@@ -139,3 +139,19 @@ def test_failure_alerts_go_out_through_the_same_channel(cfg, redis_client, monke
         doc = sent_doc(server)
         assert doc["chat_id"] == "99" and "failing" in doc["text"]
         assert server.requests[0].header("X-Nexopoll-Delivery-Id") == str(alert.id)
+
+
+def test_gmail_jobs_are_paced_one_second_apart_by_default(transactional_db):
+    from types import SimpleNamespace
+
+    from nexopoll.runtime import pacing
+    from nexopoll.runtime.host import PendingDelivery
+
+    rows = [PendingDelivery("log", "x", {}), PendingDelivery("log", "x", {}),
+            PendingDelivery("log", "x", {}, "alert")]  # fmt: skip
+    gmail = SimpleNamespace(job_id="g", kind="gmail", config={"query": "x"})
+    assert pacing.due_times(gmail, rows, now=NOW) == [NOW, NOW + timedelta(seconds=1), NOW]
+    off = SimpleNamespace(job_id="g", kind="gmail", config={"dispatch_delay_ms": 0})
+    assert pacing.due_times(off, rows, now=NOW) == [NOW] * 3
+    rss = SimpleNamespace(job_id="r", kind="rss", config={})
+    assert pacing.due_times(rss, rows, now=NOW) == [NOW] * 3
