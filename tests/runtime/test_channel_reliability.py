@@ -14,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.test import Client
 
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.delivery import deliver_rows
@@ -194,6 +196,13 @@ def test_row50_secrets_never_reach_logs_db_or_command_output(
     dump = StringIO()
     call_command("dumpdata", "nexopoll", stdout=dump)
     outputs.append(dump.getvalue())
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", "r@example.com", "pw"))
+    for page in ("/admin/admin_ext/outboxrow/", f"/admin/admin_ext/outboxrow/{row_id}/change/",
+                 "/admin/admin_ext/job/a/change/", "/admin/admin_ext/job/"):  # fmt: skip
+        resp = admin.get(page)
+        assert resp.status_code == 200, page
+        outputs.append(resp.content.decode())
     for text in outputs:
         assert CANARY not in text
     if provider is TELEGRAM:  # the echoed token was in the description, masked
