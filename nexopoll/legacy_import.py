@@ -368,7 +368,6 @@ def import_legacy(
 
 def import_legacy_command(cmd: Any, path: str, *, write: bool) -> None:
     """``manage.py pollers import-legacy PATH [--write]`` (output through ``cmd``)."""
-    import os
 
     from django.core.management.base import CommandError
     from django.utils import timezone
@@ -377,13 +376,14 @@ def import_legacy_command(cmd: Any, path: str, *, write: bool) -> None:
     from nexopoll.channels import get_channel
     from nexopoll.core.config import ConfigFileError, load_config
     from nexopoll.runtime.registry import get_registry
+    from nexopoll.runtime.secretenv import secret_env
 
     target = services.config_path()
     registry = get_registry()
 
     def check(text: str) -> list[str]:
         loaded = load_config(
-            text, source=str(target), env=os.environ, now=timezone.now(),
+            text, source=str(target), env=secret_env(), now=timezone.now(),
             validators=registry.validators(),
         )  # fmt: skip
         return [str(issue) for issue in loaded.issues]

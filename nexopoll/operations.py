@@ -147,4 +147,3 @@ def summary(*, now: datetime) -> dict[str, int]:
     for status in ("pending", "held", "dead"):
         counts[f"deliveries_{status}"] = Delivery.objects.filter(status=status).count()
     return counts
-

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +21,7 @@ from .models import Agent, PollJob, PollState
 from .runtime import definitions
 from .runtime.definitions import runtime_hash
 from .runtime.registry import get_registry
+from .runtime.secretenv import secret_env
 from .runtime.tick import TickReport, tick_job
 
 log = logging.getLogger("nexopoll.services")
@@ -71,7 +71,7 @@ def load_file(*, now: datetime, path: Path | None = None) -> LoadedConfig:
     return load_config(
         text,
         source=str(path),
-        env=os.environ,
+        env=secret_env(),
         now=now,
         validators=get_registry().validators(),
         channels=binding_schemas(),

@@ -145,7 +145,10 @@ LOGGING = {
             "handlers": ["console"],
             "level": env_str("NEXOPOLL_LOG_LEVEL", "INFO"),
             "propagate": False,
-        }
+        },
+        # urllib3 logs each request line at DEBUG, and a Telegram request's path holds
+        # the bot token: those lines never pass, whatever the root level
+        "urllib3": {"level": "WARNING"},
     },
 }
 
@@ -172,6 +175,20 @@ NEXOPOLL_BEAT_MIN_SLEEP_SECS = env_float("NEXOPOLL_BEAT_MIN_SLEEP_SECS", 0.1)
 NEXOPOLL_DELIVERY_MAX_ATTEMPTS = env_int("NEXOPOLL_DELIVERY_MAX_ATTEMPTS", 8)
 NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)
 NEXOPOLL_SWEEP_SECS = env_float("NEXOPOLL_SWEEP_SECS", 15.0)
+# The stream channel caps each Redis Stream with MAXLEN ~ this many entries.
+NEXOPOLL_STREAM_MAXLEN = env_int("NEXOPOLL_STREAM_MAXLEN", 100_000)
+
+# The email channel's SMTP server (Django's mail settings, from the environment).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 30.0)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "nexopoll@localhost")
+
 # Crash cap: a tick whose worker died this many times in a row counts as failed.
 NEXOPOLL_MAX_CRASHES = env_int("NEXOPOLL_MAX_CRASHES", 3)
 # Subprocess plugins: where their nexopoll-plugin.toml manifests live, the longest

@@ -41,11 +41,12 @@ def deliver(ids: list[str]) -> dict[str, str]:
     deferred = [i for i, outcome in outcomes.items() if outcome == "deferred"]
     if deferred:
         outbox.enqueue(deferred)
-    retry = [i for i, outcome in outcomes.items() if outcome == "retry"]
-    wait = delivery.soonest_retry(retry, now=timezone.now())
-    if wait is not None and wait <= 60:
-        # short backoffs go straight back on the queue; the sweeper covers the rest
-        outbox.enqueue(retry, countdown=max(wait, 0))
+    # short backoffs, paced rows and rows waiting for a rate-limit turn go straight
+    # back on the queue with a countdown; the sweeper covers the rest when due
+    later = [i for i, outcome in outcomes.items() if outcome in ("retry", "wait")]
+    soon = delivery.requeue_soon(later, now=timezone.now())
+    if soon is not None:
+        outbox.enqueue(soon[0], countdown=soon[1])
     return outcomes
 
 

@@ -36,9 +36,9 @@ Behaviour chosen where the seeds are silent or weak:
   or is fenced leaves them unread. Mails filtered out are remembered as seen
   but left unread for a person to read. A failed mark-read is logged; the
   seen set keeps the mail from being delivered twice.
-- **dispatch_delay_ms** is accepted and validated (0..60000) for compatibility
-  with the seeds, but has no effect yet: nexopoll sends the outbox rows after the
-  commit, so sleeping in the tick would pace nothing; pacing belongs to the outbox.
+- **dispatch_delay_ms** (0..60000, default 1000) spaces the tick's deliveries:
+  the outbox gives each row a send time that far after the previous one
+  (``nexopoll/runtime/pacing.py``); the tick itself never sleeps.
 - A mail deleted between the search and its fetch (404) is skipped.
 """
 
@@ -144,6 +144,7 @@ class GmailPoller(ConfiguredPoller):
     kind = "gmail"
     description = "Search Gmail, extract fields with regexes, deliver each new mail once."
     config_model = GmailConfig
+    dispatch_delay_ms_default = 1000  # the seeds' default; the config may set another
 
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)

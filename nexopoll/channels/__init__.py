@@ -1,9 +1,15 @@
 """Outbound channels. Adding one is a single module: a class with ``name`` and ``send``.
 
-Built-ins: ``log`` and ``webhook``. Third-party channels register through the
-entry-point group ``nexopoll.channels``. A channel may declare ``binding_schema``, a
-strict pydantic model of its ``agents.<id>.<channel>`` binding; the built-ins' live in
+Built-ins: ``log``, ``webhook``, ``telegram``, ``whatsapp``, ``slack``, ``email`` and
+``stream``. Third-party channels register through the entry-point group
+``nexopoll.channels``. A channel may declare ``binding_schema``, a strict pydantic
+model of its ``agents.<id>.<channel>`` binding; the built-ins' live in
 :mod:`nexopoll.core.bindings`. Without one, a binding is a mapping of strings.
+
+A channel may also declare ``rate_limits(message, binding)``: a list of
+``(scope, per_second)`` pairs (``("chat:ana_bot:42", 1.0)``). The delivery runtime
+holds every scope to its rate across all workers (Redis) before it sends; a row
+waiting for its turn is re-queued, its attempt not counted.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class OutboundMessage:
     recipient: str
     payload: dict[str, Any]
     attempt: int
+    purpose: str = "item"  # item | alert | recovery | publish
 
 
 class Channel(Protocol):
@@ -45,12 +52,19 @@ _channels: dict[str, Channel] | None = None
 
 
 def _load() -> dict[str, Channel]:
+    from .email import EmailChannel
     from .log import LogChannel
+    from .slack import SlackChannel
+    from .stream import StreamChannel
+    from .telegram import TelegramChannel
     from .webhook import WebhookChannel
+    from .whatsapp import WhatsappChannel
 
+    builtins = (EmailChannel, LogChannel, SlackChannel, StreamChannel, TelegramChannel,
+                WebhookChannel, WhatsappChannel)  # fmt: skip
     found: dict[str, Channel] = {}
     sources: dict[str, str] = {}
-    candidates: list[tuple[Any, str]] = [(LogChannel, "built-in"), (WebhookChannel, "built-in")]
+    candidates: list[tuple[Any, str]] = [(c, "built-in") for c in builtins]
     candidates += [
         (ep.load(), f"entry point {ep.value}") for ep in entry_points(group=ENTRY_POINT_GROUP)
     ]

@@ -31,7 +31,8 @@ _SAFE_URL = ":/?#[]@!$&'()*+,;=~"  # what requests leaves unencoded in a URL
 
 
 def secret_values(value: Any, env: Mapping[str, str]) -> frozenset[str]:
-    """The values of the environment variables ``value`` references (long enough to mask)."""
+    """The values of the ``${VAR}`` and ``${file:/path}`` references in ``value`` (long
+    enough to mask); ``env`` answers ``file:/path`` names (see ``runtime/secretenv.py``)."""
     return frozenset(
         env[name] for name in env_refs(value) if len(env.get(name, "")) >= MIN_SECRET_CHARS
     )

@@ -11,7 +11,6 @@ cursors) is returned inside ``result``, never as instructions.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,7 @@ from nexopoll import services
 from nexopoll.core.errors import ConfigError
 from nexopoll.core.redact import redact, secret_values
 from nexopoll.models import Agent, PollJob, PollState
+from nexopoll.runtime.secretenv import secret_env
 
 from .specs import BUILTIN_SCHEMAS, JOB_ID_PATTERN, Tool
 
@@ -77,7 +77,7 @@ def secrets_for(jobs: list[PollJob]) -> frozenset[str]:
     """The values to mask in output about ``jobs``: their ``${VAR}``s and the server's tokens."""
     agents = {j.agent for j in jobs}
     bindings = list(Agent.objects.filter(agent_id__in=agents).values_list("bindings", flat=True))
-    found = set(secret_values([[j.config for j in jobs], bindings], os.environ))
+    found = set(secret_values([[j.config for j in jobs], bindings], secret_env()))
     for own in (settings.NEXOPOLL_API_TOKEN, settings.NEXOPOLL_METRICS_TOKEN, settings.SECRET_KEY):
         if own and len(own) >= 8:
             found.add(own)

@@ -10,7 +10,6 @@ import copy
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,6 +31,7 @@ from nexopoll.core.schedule import (
 
 from ..models import Agent, PollJob
 from . import logredact
+from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -161,5 +161,7 @@ def load_all(job_ids: list[str] | None = None) -> list[JobDef]:
         except Exception:
             log.exception("definitions.unreadable job=%s", job.job_id)
     # every log record of this process masks these jobs' and agents' secrets
-    logredact.register(secret_values([list(agents.values()), [j.config for j in out]], os.environ))
+    logredact.register(
+        secret_values([list(agents.values()), [j.config for j in out]], secret_env())
+    )
     return out

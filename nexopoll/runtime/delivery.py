@@ -13,6 +13,12 @@ the row is **held** (status ``held``, the reason in ``last_error``, the attempt 
 counted) and goes back to pending after the next reload, or by itself after
 :data:`HOLD_RETRY` (see :mod:`nexopoll.runtime.outbox`).
 
+Before a row is claimed it must be due and have its turn: a row paced by its job's
+``dispatch_delay_ms`` (its ``next_attempt_at`` lies ahead) or held back by a
+provider rate limit (:mod:`nexopoll.runtime.ratelimit`, the channel's
+``rate_limits``) is **waiting**: not claimed, its attempt not counted, re-queued by
+the deliver task with a countdown (outcome ``wait``).
+
 Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
 worker whose own clock runs ahead cannot take a row another worker is sending.
 The ``clock`` a caller passes still decides when a row is due and its backoff
@@ -22,16 +28,19 @@ The ``clock`` a caller passes still decides when a row is due and its backoff
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.db.models.functions import Now
+from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from nexopoll.channels import OutboundMessage, get_channel
+from nexopoll.core.bindings import BUILTIN_BINDING_SCHEMAS, requires_binding
 from nexopoll.core.breaker import backoff_delay
 from nexopoll.core.config import expand_env
 from nexopoll.core.errors import (
@@ -44,7 +53,9 @@ from nexopoll.core.errors import (
 from nexopoll.core.redact import redact, secret_values
 
 from ..models import Agent, Delivery, DeliveryStatus
-from . import metricstore
+from . import metricstore, ratelimit
+from .redis import get_redis
+from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.delivery")
 
@@ -57,12 +68,18 @@ HOLD_RETRY = timedelta(minutes=5)
 
 
 BATCH_BUDGET_SECS = 60.0
+# without Redis no turn can be taken: wait this long rather than risk exceeding a limit
+RATE_LIMIT_UNAVAILABLE_WAIT = 5.0
+# rows due within this many seconds go straight back on the queue (with a countdown);
+# the sweeper queues the others when they are due
+REQUEUE_WITHIN_SECS = 60.0
 
 
 def deliver_rows(
     ids: list[str], *, clock: Callable[[], datetime], budget_secs: float = BATCH_BUDGET_SECS
 ) -> dict[str, str]:
-    """Try to send each row; return id → outcome (sent | retry | dead | held | skipped | deferred).
+    """Try to send each row; return id → outcome
+    (sent | retry | dead | held | skipped | deferred | wait).
 
     The clock is read per row (a claim or a backoff must not start from a time
     taken before a slow send). Rows left when ``budget_secs`` is spent are
@@ -108,25 +125,21 @@ def claim(delivery_id: str, *, now: datetime) -> bool:
 
 
 def deliver_one(delivery_id: str, *, now: datetime) -> str:
+    if _must_wait(delivery_id, now=now):
+        return "wait"
     if not claim(delivery_id, now=now):
         return "skipped"
     row = Delivery.objects.get(id=delivery_id)
     agent_bindings = _agent_bindings(row.agent)
     raw_binding = (agent_bindings or {}).get(row.channel, {})
-    secrets = secret_values(raw_binding, os.environ)
+    env = secret_env()
+    secrets = secret_values(raw_binding, env)
     try:
         channel = get_channel(row.channel)
-        binding = expand_env(raw_binding, os.environ, path=f"agents.{row.agent}.{row.channel}")
+        binding = expand_env(raw_binding, env, path=f"agents.{row.agent}.{row.channel}")
+        check_binding(channel, row.agent, binding, present=row.channel in (agent_bindings or {}))
         channel.send(
-            OutboundMessage(
-                delivery_id=str(row.id),
-                job_id=row.job_id,
-                agent=row.agent,
-                channel=row.channel,
-                recipient=row.recipient,
-                payload=row.payload,
-                attempt=row.attempts,
-            ),
+            _message(row),
             binding,
             deadline_secs=getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", SEND_DEADLINE_SECS),
         )
@@ -141,6 +154,93 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
         status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
     )
     return "sent"
+
+
+def _message(row: Delivery) -> OutboundMessage:
+    return OutboundMessage(
+        delivery_id=str(row.id),
+        job_id=row.job_id,
+        agent=row.agent,
+        channel=row.channel,
+        recipient=row.recipient,
+        payload=row.payload,
+        attempt=row.attempts,
+        purpose=row.purpose,
+    )
+
+
+def check_binding(channel: Any, agent: str, binding: dict, *, present: bool) -> None:
+    """ConfigError (the row is held) when ``binding`` does not fit the channel's schema.
+
+    The loader checked it with the loader's environment; a worker's may differ. The
+    message names fields, never values.
+    """
+    schema = getattr(channel, "binding_schema", None) or BUILTIN_BINDING_SCHEMAS.get(channel.name)
+    if schema is None:
+        return
+    if not present and requires_binding(schema):
+        raise ConfigError(f"agent {agent!r} has no {channel.name} binding")
+    try:
+        schema.model_validate(binding)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(binding)'}: {e['msg']}" for e in errors
+        )
+        raise ConfigError(f"agents.{agent}.{channel.name}: {detail}") from None
+
+
+def _must_wait(delivery_id: str, *, now: datetime) -> bool:
+    """True when the row is pending and unclaimed but not due yet (paced, backing off)
+    or not its turn under a provider rate limit; its queued message is then consumed
+    (``enqueued_at`` cleared) and ``next_attempt_at`` says when to come back.
+
+    A rate-limit turn is taken here, before the claim: losing the claim race
+    afterwards wastes a turn (sending below the limit), never exceeds it.
+    """
+    row = Delivery.objects.filter(live_claim(), id=delivery_id, status=DeliveryStatus.PENDING)
+    row = row.first()
+    if row is None:
+        return False  # sent, dead, held or being sent: the claim says "skipped"
+    if row.next_attempt_at > now:
+        _postpone(row, row.next_attempt_at)
+        return True
+    wait = _rate_wait(row)
+    if wait <= 0:
+        return False
+    _postpone(row, now + timedelta(seconds=wait))
+    return True
+
+
+def _rate_wait(row: Delivery) -> float:
+    """Seconds until ``row`` has its turn in every rate-limit scope of its channel (0: now).
+
+    A binding that cannot be read (unknown channel or agent, a missing ``${VAR}``)
+    has no turn to wait for: the send path holds the row with the reason.
+    """
+    try:
+        channel = get_channel(row.channel)
+        limits_of = getattr(channel, "rate_limits", None)
+        if limits_of is None:
+            return 0.0
+        raw = (_agent_bindings(row.agent) or {}).get(row.channel, {})
+        binding = expand_env(raw, secret_env(), path=f"agents.{row.agent}.{row.channel}")
+        limits = list(limits_of(_message(row), binding))
+    except Exception:
+        return 0.0
+    try:
+        return ratelimit.acquire(get_redis(), row.channel, limits)
+    except RedisError:
+        log.warning(
+            "delivery.rate_limit_unavailable id=%s channel=%s: waiting", row.id, row.channel
+        )
+        return RATE_LIMIT_UNAVAILABLE_WAIT
+
+
+def _postpone(row: Delivery, until: datetime) -> None:
+    Delivery.objects.filter(live_claim(), id=row.id, status=DeliveryStatus.PENDING).update(
+        next_attempt_at=until, enqueued_at=None
+    )
 
 
 def _agent_bindings(agent: str) -> dict | None:
@@ -233,17 +333,20 @@ def requeue_after() -> timedelta:
     return timedelta(seconds=float(vt) + 60)
 
 
-def soonest_retry(ids: list[str], *, now: datetime) -> float | None:
-    """Seconds until the earliest of ``ids`` may be retried, or None."""
-    if not ids:
-        return None
-    first = (
-        Delivery.objects.filter(id__in=ids, status=DeliveryStatus.PENDING)
-        .order_by("next_attempt_at")
-        .values_list("next_attempt_at", flat=True)
-        .first()
+def requeue_soon(ids: list[str], *, now: datetime) -> tuple[list[str], float] | None:
+    """Of ``ids``, the pending rows due within :data:`REQUEUE_WITHIN_SECS` and the
+    countdown to the soonest of them; None when there are none."""
+    due = list(
+        Delivery.objects.filter(
+            id__in=ids,
+            status=DeliveryStatus.PENDING,
+            next_attempt_at__lte=now + timedelta(seconds=REQUEUE_WITHIN_SECS),
+        ).values_list("id", "next_attempt_at")
     )
-    return None if first is None else (first - now).total_seconds()
+    if not due:
+        return None
+    soonest = min(at for _, at in due)
+    return [str(i) for i, _ in due], max((soonest - now).total_seconds(), 0.0)
 
 
 def dead_letter_exhausted(*, now: datetime) -> int:

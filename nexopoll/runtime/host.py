@@ -7,9 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexopoll.channels import get_channel
+from nexopoll.channels import binding_schemas, get_channel
+from nexopoll.channels.stream import check_topic, publish_payload
+from nexopoll.core.bindings import public_view
 from nexopoll.core.config import expand_env
 from nexopoll.core.errors import ConfigError, CredentialsMissingError
+
+from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.poller")
 
@@ -44,12 +48,30 @@ class TickHost:
         self.deliveries.append(PendingDelivery(channel, str(recipient), payload))
 
     def publish(self, topic: str, payload: bytes) -> None:
-        raise ConfigError("publish needs the 'stream' channel, which this build does not have")
+        """Publish raw bytes to the Redis Stream ``topic`` through the ``stream`` channel:
+        an outbox row like any delivery (sent after the commit, retried, deduplicated)."""
+        if "stream" not in self.bindings:
+            raise ConfigError(
+                f"publish needs a stream binding: agent {self.agent!r} has none "
+                f"(add agents.{self.agent}.stream: {{account: ...}})"
+            )
+        self.deliveries.append(
+            PendingDelivery("stream", check_topic(topic), publish_payload(payload), "publish")
+        )
 
     def credentials_get(self, channel: str) -> dict[str, Any]:
+        """The agent's binding for ``channel``, ``${...}`` expanded.
+
+        For an installed channel (telegram, slack…) the secrets are left out: the
+        channel itself resolves them when it sends. A binding for something that is
+        no channel (``google``: a poller's own source credentials) is returned whole.
+        """
         binding = self.bindings.get(channel)
         if binding is None:
             raise CredentialsMissingError(f"agent {self.agent!r} has no {channel!r} binding")
+        schemas = binding_schemas()
+        if channel in schemas:
+            binding = public_view(binding, schemas[channel])
         return expand_env(binding, self.env, path=f"agents.{self.agent}.{channel}")
 
     def log(self, level: str, message: str, **fields: Any) -> None:
@@ -100,8 +122,6 @@ def call_job_tool(job_id: str, tool: str, args: dict[str, Any]) -> Any:
     Raises:
         ConfigError: unknown job, or the job's kind has no such tool.
     """
-    import os
-
     from . import definitions
     from .registry import get_registry
 
@@ -113,7 +133,7 @@ def call_job_tool(job_id: str, tool: str, args: dict[str, Any]) -> Any:
     spec = next((t for t in poller.custom_tools() if t.name == tool), None)
     if spec is None:
         raise ConfigError(f"kind {job.kind!r} has no tool {tool!r}")
-    host = TickHost(job.job_id, job.agent, job.agent_bindings, os.environ)
+    host = TickHost(job.job_id, job.agent, job.agent_bindings, secret_env())
     credentials = {name: host.credentials_get(name) for name in job.agent_bindings}
-    context = {"config": job.expanded_config(os.environ), "credentials": credentials}
+    context = {"config": job.expanded_config(secret_env()), "credentials": credentials}
     return spec.handler({**args, "job_id": job_id, "job": context})

@@ -13,13 +13,13 @@ error); it is fed by the definitions loader and by :func:`refresh_from_db`.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import traceback
 from collections.abc import Iterable
 
 from nexopoll.core.redact import redact, secret_values
+from nexopoll.runtime.secretenv import secret_env
 
 _secrets: frozenset[str] = frozenset()
 _lock = threading.Lock()
@@ -67,7 +67,7 @@ def refresh_from_db(*, force: bool = False) -> None:
 
     refs = [list(Agent.objects.values_list("bindings", flat=True))]
     refs.append(list(PollJob.objects.values_list("config", flat=True)))
-    register(secret_values(refs, os.environ))
+    register(secret_values(refs, secret_env()))
 
 
 def install() -> None:

@@ -13,7 +13,6 @@ a stale cursor, and a zombie whose lease was taken over commits nothing.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -31,11 +30,12 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 
 from ..models import Delivery
-from . import definitions, history, lease, logredact, metricstore, store, tickfail
+from . import definitions, history, lease, logredact, metricstore, pacing, store, tickfail
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
 from .registry import get_registry
+from .secretenv import secret_env
 from .store import Fenced
 
 log = logging.getLogger("nexopoll.tick")
@@ -145,7 +145,7 @@ def _run(
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
         return _skipped(job_id, "unknown job")
-    logredact.register(job.secret_values(os.environ))
+    logredact.register(job.secret_values(secret_env()))
     policy = JobPolicy(
         breaker=job.breaker_policy(now),
         alert_cooldown=timedelta(seconds=job.alert_cooldown_secs),
@@ -190,7 +190,7 @@ def _run(
 def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
     """Call the poller (unless the crash cap says not to) and decide what its result means."""
     job, now = t.job, t.now
-    host = TickHost(job.job_id, job.agent, job.agent_bindings, os.environ)
+    host = TickHost(job.job_id, job.agent, job.agent_bindings, secret_env())
     started = time.monotonic()
     ack: TickAck | None = None
     exc: BaseException | None = None
@@ -213,7 +213,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         report.deliveries = list(host.deliveries)
         report.after_commit = list(host.post_commit)
     else:
-        secrets = job.secret_values(os.environ)
+        secrets = job.secret_values(secret_env())
         message = redact(_describe(exc), secrets)
         if (
             not isinstance(exc, TransientError | ConfigError)
@@ -236,7 +236,7 @@ def _finish(
     """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
     job_id = t.job.job_id
     fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack)
-    secrets = t.job.secret_values(os.environ)
+    secrets = t.job.secret_values(secret_env())
     for name in ("last_error", "paused_reason"):  # what operators see: never a secret
         if fields.get(name):
             fields[name] = redact(fields[name], secrets)
@@ -279,7 +279,7 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
         job_id=job.job_id,
         agent_id=job.agent,
         kind=job.kind,
-        config=job.expanded_config(os.environ),
+        config=job.expanded_config(secret_env()),
         cursor=cursor,
         now=now,
         interval_hint=job.interval(now),
@@ -312,7 +312,7 @@ def _notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDeli
     else:
         text = f"✅ poller `{job.job_id}` (kind={job.kind}) recovered"
         purpose = "recovery"
-    text = redact(text, job.secret_values(os.environ))
+    text = redact(text, job.secret_values(secret_env()))
     payload = {"text": text, "job_id": job.job_id, "kind": job.kind, "at": now.isoformat()}
     return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
 
@@ -343,6 +343,7 @@ def _state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str,
 
 
 def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
+    due = pacing.due_times(t.job, report.deliveries, now=t.now)
     rows = [
         Delivery(
             job_id=t.job.job_id,
@@ -352,10 +353,10 @@ def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
             channel=d.channel,
             recipient=d.recipient,
             payload=d.payload,
-            next_attempt_at=t.now,
+            next_attempt_at=at,
             created_at=t.now,
         )
-        for d in report.deliveries
+        for d, at in zip(report.deliveries, due, strict=True)
     ]
     increments = {
         "ticks_total": 1,

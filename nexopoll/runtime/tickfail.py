@@ -8,7 +8,6 @@ the reason (a second, small write after the rollback) and alerts ``failure_to``.
 from __future__ import annotations
 
 import logging
-import os
 from datetime import datetime
 
 from django.db import DatabaseError, transaction
@@ -19,6 +18,7 @@ from nexopoll.core.redact import redact
 
 from . import lease, store, tick
 from .redis import get_redis
+from .secretenv import secret_env
 from .store import Fenced
 
 log = logging.getLogger("nexopoll.tick")
@@ -51,7 +51,7 @@ def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.Ti
     state row if the DB answers and retried. A permanent one (the DB refuses a value)
     would fail on every tick: it pauses the job with the reason, alerting ``failure_to``.
     """
-    job_id, secrets = t.job.job_id, t.job.secret_values(os.environ)
+    job_id, secrets = t.job.job_id, t.job.secret_values(secret_env())
     if store.db_error_class(exc) is ErrorClass.TRANSIENT:
         report = db_unavailable(job_id, exc, now=t.now, where="at commit")
         report.epoch, report.next_slot_at = t.epoch, t.next_slot_at

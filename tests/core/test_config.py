@@ -600,7 +600,7 @@ def test_malformed_env_reference_is_rejected():
 def test_env_reference_outside_config_is_rejected():
     [issue] = bad_job_issues(
         "kind: noop\nagent: x\nschedule: {every_secs: 60}\n"
-        "failure_to: {channel: telegram, to: '${ANA_TOKEN}'}\n"
+        "failure_to: {channel: log, to: '${ANA_TOKEN}'}\n"
     )
     assert issue.path == "jobs[bad].failure_to.to"
     assert "only allowed inside config" in issue.message
@@ -714,7 +714,7 @@ def test_literal_secret_in_agent_binding_is_rejected_without_echoing_it():
     agent_issues = [i for i in cfg.issues if i.path.startswith("agents.")]
     by_path = {i.path: i for i in agent_issues}
     ana = by_path["agents.ana.telegram.token"]
-    assert ana.message == "secrets must be given as ${ENV_VAR} references"
+    assert ana.message == "secrets must be given as ${ENV_VAR} or ${file:/path} references"
     assert ana.line == line_of(AGENTS, "ana_bot")
     assert ana.job_id is None
     assert "literal-bot-token" not in "\n".join(str(i) for i in cfg.issues)

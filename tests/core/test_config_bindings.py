@@ -107,26 +107,26 @@ def test_log_binding_takes_no_settings(binding):
 @pytest.mark.parametrize(
     "binding, path, message",
     [
-        ("{chat_id: 1194292426}", "agents.ana.telegram.chat_id", "must be a string"),
-        ("{silent: true}", "agents.ana.telegram.silent", "must be a string"),
-        ("{nested: {a: b}}", "agents.ana.telegram.nested", "must be a string"),
-        ("{list: [a]}", "agents.ana.telegram.list", "must be a string"),
-        ('{"chat\\n": x}', "agents.ana.telegram['chat\\n']", "invalid binding key"),
-        ('{"chat\\u2028": x}', "agents.ana.telegram['chat\\u2028']", "invalid binding key"),
-        ('{"\\tchat": x}', "agents.ana.telegram['\\tchat']", "invalid binding key"),
-        ('{"c h": x}', "agents.ana.telegram['c h']", "invalid binding key"),
-        ("{token: literal-token}", "agents.ana.telegram.token", "${ENV_VAR}"),
+        ("{chat_id: 1194292426}", "agents.ana.pager.chat_id", "must be a string"),
+        ("{silent: true}", "agents.ana.pager.silent", "must be a string"),
+        ("{nested: {a: b}}", "agents.ana.pager.nested", "must be a string"),
+        ("{list: [a]}", "agents.ana.pager.list", "must be a string"),
+        ('{"chat\\n": x}', "agents.ana.pager['chat\\n']", "invalid binding key"),
+        ('{"chat\\u2028": x}', "agents.ana.pager['chat\\u2028']", "invalid binding key"),
+        ('{"\\tchat": x}', "agents.ana.pager['\\tchat']", "invalid binding key"),
+        ('{"c h": x}', "agents.ana.pager['c h']", "invalid binding key"),
+        ("{token: literal-token}", "agents.ana.pager.token", "${ENV_VAR}"),
     ],
 )
 def test_a_channel_without_a_schema_takes_a_mapping_of_strings(binding, path, message):
-    issue = agent_issue(binding, channel="telegram")
+    issue = agent_issue(binding, channel="pager")
     assert issue.path == path
     assert message in issue.message
 
 
 def test_generic_binding_of_strings_and_references_loads():
     cfg = load(
-        "agents:\n  ana:\n    telegram: {chat_id: '1194292426', token: '${HOOK_SECRET}'}\n"
+        "agents:\n  ana:\n    pager: {chat_id: '1194292426', token: '${HOOK_SECRET}'}\n"
         "pollers: {}\n"
     )
     assert cfg.issues == []

@@ -32,7 +32,7 @@ def job(agent: str, channel: str) -> str:
     )
 
 
-@pytest.mark.parametrize("channel", ["telegram", "slack", "webhooks", "logs", "sms"])
+@pytest.mark.parametrize("channel", ["telegramm", "slak", "webhooks", "logs", "sms"])
 @pytest.mark.parametrize("agent", ["ana", "bob", "zed"])
 def test_failure_to_naming_no_installed_channel_rejects_that_job_alone(agent, channel):
     cfg = load(job(agent, channel))
@@ -41,7 +41,10 @@ def test_failure_to_naming_no_installed_channel_rejects_that_job_alone(agent, ch
     assert (issue.path, issue.line, issue.job_id) == ("jobs[bad].failure_to.channel", 13, "bad")
     assert f"unknown channel {channel!r}" in issue.message
     assert f"agent {agent!r}" in issue.message
-    assert "installed channels: log, webhook" in issue.message
+    assert (
+        "installed channels: email, log, slack, stream, telegram, webhook, whatsapp"
+        in issue.message
+    )
     assert str(issue).startswith("p.yaml:13: jobs[bad].failure_to.channel: ")
 
 
@@ -67,5 +70,5 @@ def test_a_third_party_channel_without_a_schema_needs_no_binding():
 
 
 def test_without_the_installed_channels_only_the_spelling_is_checked():
-    cfg = load(job("zed", "telegram"), channels=None)
+    cfg = load(job("zed", "sms"), channels=None)
     assert cfg.issues == []

@@ -112,7 +112,7 @@ def test_secret_reference_must_be_the_whole_value(tail):
     assert "ana" not in cfg.agents
     [issue] = cfg.issues
     assert issue.path == "agents.ana.chat.token"
-    assert "secrets must be given as ${ENV_VAR} references" in issue.message
+    assert "secrets must be given as ${ENV_VAR} or ${file:/path} references" in issue.message
 
 
 def test_a_trailing_newline_does_not_make_a_second_job():

@@ -115,3 +115,11 @@ def test_redact_is_cheap_for_a_long_message():
         clean = redact(text, secrets)
     assert (time.perf_counter() - started) / 20 < 0.05
     assert_no_secret(clean, SLACK)
+
+
+def test_a_file_reference_is_masked_like_a_variable():
+    from nexopoll.core.redact import redact, secret_values
+
+    env = {"file:/run/secrets/bot": "123456:ABCdef"}
+    secrets = secret_values({"token": "${file:/run/secrets/bot}"}, env)
+    assert redact("GET /bot123456:ABCdef/x", secrets) == "GET /bot***/x"

@@ -68,6 +68,7 @@ EXISTING = textwrap.dedent("""\
     agents:
       ana:
         log: {}
+        webhook: {url: "https://hooks.example/ana"}   # the lead alert delivers here
     """)
 
 

@@ -9,7 +9,7 @@ from nexopoll.models import PollJob
 from .conftest import scripted
 
 
-@pytest.mark.parametrize("channel", ["telegram", "slack", "webhooks"])
+@pytest.mark.parametrize("channel", ["telegramm", "slak", "webhooks"])
 def test_reload_rejects_failure_to_an_uninstalled_channel_and_keeps_the_last_good(cfg, channel):
     cfg.write([scripted("a", failure_to={"channel": "log", "to": "oncall"}), scripted("b")])
     assert cfg.reload().issues == []
@@ -20,7 +20,7 @@ def test_reload_rejects_failure_to_an_uninstalled_channel_and_keeps_the_last_goo
     line = cfg.path.read_text().splitlines().index(f"      channel: {channel}") + 1
     assert issue.startswith(f"{cfg.path}:{line}: jobs[a].failure_to.channel: ")
     assert f"unknown channel {channel!r} for the alerts of agent 'ana'" in issue
-    assert "installed channels: log, webhook" in issue
+    assert "installed channels: email, log, slack, stream, telegram, webhook, whatsapp" in issue
     assert PollJob.objects.get(job_id="a").failure_to == {"channel": "log", "to": "oncall"}
 
 

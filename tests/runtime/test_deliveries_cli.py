@@ -46,7 +46,7 @@ def outbox(cfg, redis_client):
         (pending,) = tick_job("b", now=NOW).delivery_ids
         held = str(
             Delivery.objects.create(
-                job_id="a", agent="ana", epoch=1, purpose="alert", channel="slack",
+                job_id="a", agent="ana", epoch=1, purpose="alert", channel="pager",
                 recipient="#ops", payload={"text": "x"}, next_attempt_at=NOW, created_at=NOW,
             ).id
         )  # fmt: skip
@@ -73,9 +73,9 @@ def test_deliveries_lists_rows_with_filters_as_a_table_and_as_json(outbox):
     assert "HTTP 400" in dead
     held = json.loads(run("deliveries", "--status", "held", "--json"))
     assert [(d["id"], d["channel"], d["status"]) for d in held] == [
-        (outbox["held"], "slack", "held")
+        (outbox["held"], "pager", "held")
     ]
-    assert "unknown channel 'slack'" in held[0]["last_error"]
+    assert "unknown channel 'pager'" in held[0]["last_error"]
     assert held[0]["attempts"] == 0 and held[0]["next_attempt_at"]
     only_b = json.loads(run("deliveries", "--job", "b", "--json"))
     assert [(d["id"], d["status"]) for d in only_b] == [(outbox["pending"], "pending")]

@@ -36,8 +36,8 @@ def test_failed_delivery_backs_off_then_retries_with_the_same_id(cfg, redis_clie
         assert send([row_id], NOW) == {row_id: "retry"}
         first = Delivery.objects.get(id=row_id)
         assert first.status == "pending" and first.next_attempt_at > NOW
-        # not due yet: a second worker (or the sweeper) does nothing
-        assert send([row_id], NOW) == {row_id: "skipped"}
+        # not due yet: nobody claims it; the message is consumed and re-queued (wait)
+        assert send([row_id], NOW) == {row_id: "wait"}
         later = first.next_attempt_at
         assert send([row_id], later) == {row_id: "retry"}
         second = Delivery.objects.get(id=row_id)

@@ -73,9 +73,15 @@ def env_var_set(cfg, url, monkeypatch) -> None:
 
 
 def binding_missing(cfg, redis_client, url, monkeypatch) -> str:
+    """A reload drops the binding after the row was committed (a job that delivers to
+    a channel its agent has no binding for is refused at load: it keeps its last good
+    definition, and the agent loses the binding)."""
+    cfg.write([webhook_job()], agents=hook_agent(url))
+    cfg.reload()
+    row_id = commit_row(cfg, redis_client)
     cfg.write([webhook_job()], agents={"ana": {"log": {}}})  # no webhook binding
     cfg.reload()
-    return commit_row(cfg, redis_client)
+    return row_id
 
 
 def binding_added(cfg, url, monkeypatch) -> None:
@@ -101,7 +107,7 @@ def unknown_channel(cfg, redis_client, url, monkeypatch) -> str:
     cfg.write([webhook_job()], agents=hook_agent(url))
     cfg.reload()
     row = Delivery.objects.create(
-        job_id="a", agent="ana", epoch=1, purpose="alert", channel="slack", recipient="#ops",
+        job_id="a", agent="ana", epoch=1, purpose="alert", channel="pager", recipient="#ops",
         payload={"text": "poller a failing"}, next_attempt_at=NOW, created_at=NOW,
     )  # fmt: skip
     return str(row.id)
@@ -109,7 +115,7 @@ def unknown_channel(cfg, redis_client, url, monkeypatch) -> str:
 
 def channel_fixed(cfg, url, monkeypatch) -> None:
     """The operator re-points the stuck alert at a channel that exists."""
-    Delivery.objects.filter(channel="slack").update(channel="webhook")
+    Delivery.objects.filter(channel="pager").update(channel="webhook")
 
 
 VARIANTS = {
@@ -121,7 +127,7 @@ VARIANTS = {
     "channel raises ConfigError": (
         url_refused_by_the_channel, private_networks_allowed, "webhook binding"
     ),
-    "unknown channel": (unknown_channel, channel_fixed, "unknown channel 'slack'"),
+    "unknown channel": (unknown_channel, channel_fixed, "unknown channel 'pager'"),
 }  # fmt: skip
 
 

@@ -7,6 +7,8 @@ import hashlib
 import hmac
 from datetime import UTC, datetime
 
+import pytest
+
 from nexopoll.channels.webhook import sign
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.delivery import deliver_rows
@@ -15,6 +17,19 @@ from tests.support.httpserver import TestHTTPServer, json_reply, redirect, seque
 from tests.support.sink import Sink
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def cfg(cfg):
+    """The jobs deliver to ``webhook``: agent ana needs a binding for it (checked at load)."""
+    write = cfg.write
+
+    def write_with_webhook(jobs, agents=None, **globals_):
+        bound = {"ana": {"log": {}, "webhook": {"url": "https://hooks.example/ana"}}}
+        write(jobs, agents or bound, **globals_)
+
+    cfg.write = write_with_webhook
+    return cfg
 
 
 def send(ids: list[str], at: datetime) -> dict[str, str]:

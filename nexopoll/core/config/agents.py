@@ -14,8 +14,20 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..bindings import BUILTIN_BINDING_SCHEMAS, BindingSchemas, generic_binding_problems
-from ..envrefs import SINGLE_REF_RE, env_refs, expand_env, expand_text, is_secret_key
+from ..bindings import (
+    BUILTIN_BINDING_SCHEMAS,
+    BindingSchemas,
+    generic_binding_problems,
+    is_secret_field,
+)
+from ..envrefs import (
+    SINGLE_REF_RE,
+    env_refs,
+    expand_env,
+    expand_text,
+    is_secret_key,
+    missing_ref,
+)
 from ..errors import ConfigError
 from ..limits import AGENT_ID_RE, CHANNEL_RE, is_name, must_match
 from ..redact import redact, secret_values
@@ -92,25 +104,26 @@ def _agent_problems(
         if not isinstance(binding, dict):
             yield (channel,), "binding must be a mapping"
             continue
-        problems = list(_reference_problems(channel, binding, env))
+        problems = list(_reference_problems(channel, binding, env, schemas.get(channel)))
         if not problems:
             problems = list(_shape_problems(channel, binding, env, schemas.get(channel)))
         yield from problems
 
 
 def _reference_problems(
-    channel: str, binding: dict[str, Any], env: Mapping[str, str]
+    channel: str, binding: dict[str, Any], env: Mapping[str, str], schema: type[BaseModel] | None
 ) -> Iterator[tuple[Path, str]]:
-    """Secret-named keys hold exactly one ``${VAR}``; every ``${VAR}`` is set and well formed."""
+    """Secret keys hold exactly one ``${VAR}`` or ``${file:/path}``; every reference is
+    set (readable) and well formed."""
     for rel, value in _walk(binding, (channel,)):
         key = rel[-1]
         if (
             isinstance(key, str)
             and len(rel) > 1
-            and is_secret_key(key)
+            and (is_secret_key(key) or (len(rel) == 2 and is_secret_field(schema, key)))
             and not (isinstance(value, str) and SINGLE_REF_RE.fullmatch(value))
         ):
-            yield rel, "secrets must be given as ${ENV_VAR} references"
+            yield rel, "secrets must be given as ${ENV_VAR} or ${file:/path} references"
         yield from env_problems(rel, value, env)
 
 
@@ -136,7 +149,7 @@ def env_problems(rel: Path, value: Any, env: Mapping[str, str]) -> Iterator[tupl
         return
     for name in sorted(env_refs(value)):
         if name not in env:
-            yield rel, f"environment variable {name} is not set"
+            yield rel, missing_ref(name)
     try:
         expand_text(value, {name: "" for name in env_refs(value)}, "")
     except ConfigError as exc:

@@ -104,7 +104,7 @@ class JobLoader:
             return None
         if job_id is None:
             problems.append((("id",), must_match("job id", JOB_ID_RE)))
-        self._check_names(model, problems)
+        self._check_names(model, problems, item.get("config"))
         outside = {k: v for k, v in item.items() if k != "config"}
         for rel, _ in ref_strings(outside, (), []):
             message = "${...} references are only allowed inside config: and agents: bindings"
@@ -133,25 +133,35 @@ class JobLoader:
         else:
             self.first_line[job_id] = self.doc.line_of(("pollers", "jobs", index, "id"))
 
-    def _check_names(self, model: JobModel, problems: list[tuple[Path, str]]) -> None:
+    def _check_names(self, model: JobModel, problems: list[tuple[Path, str]], config: Any) -> None:
         agent = model.agent
         if not is_name(AGENT_ID_RE, agent):
             problems.append((("agent",), must_match("agent id", AGENT_ID_RE)))
-        elif agent in self.known.bad:
+            return
+        if agent in self.known.bad:
             message = f"agent {agent!r} has configuration errors (see agents.{agent})"
             problems.append((("agent",), message))
-        elif model.failure_to is not None:
-            message = self._failure_to_problem(agent, model.failure_to.channel)
+            return
+        if model.failure_to is not None:
+            message = self._binding_problem(agent, model.failure_to.channel, "alerts")
             if message:
                 problems.append((("failure_to", "channel"), message))
+        # a kind's delivery target: by convention ``config.deliver: {channel, to}``
+        deliver = config.get("deliver") if isinstance(config, dict) else None
+        channel = deliver.get("channel") if isinstance(deliver, dict) else None
+        if isinstance(channel, str) and "${" not in channel:
+            message = self._binding_problem(agent, channel, "deliveries")
+            if message:
+                problems.append((("config", "deliver", "channel"), message))
 
-    def _failure_to_problem(self, agent: str, channel: str) -> str | None:
-        """Why alerts of ``agent``'s job could not go out on ``channel``, if they could not."""
+    def _binding_problem(self, agent: str, channel: str, what: str) -> str | None:
+        """Why ``what`` (alerts, deliveries) of ``agent``'s job could not go out on
+        ``channel``, if they could not."""
         installed = self.known.channels
         if installed is not None and channel not in installed:
             names = ", ".join(sorted(installed)) or "(none)"
             return (
-                f"unknown channel {channel!r} for the alerts of agent {agent!r} "
+                f"unknown channel {channel!r} for the {what} of agent {agent!r} "
                 f"(installed channels: {names})"
             )
         spec = self.known.agents.get(agent)
