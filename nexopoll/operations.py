@@ -21,18 +21,11 @@ from .core.preview import FireTime, preview
 from .models import Delivery, PollJob, PollState
 from .runtime import definitions, history
 from .runtime.redis import get_redis
-from .services import UnknownJob
+from .services import require_job
 
 log = logging.getLogger("nexopoll.services")
 
 RUN_NOW_TASK = "nexopoll.run_now"
-
-
-def _require(job_id: str) -> PollJob:
-    job = PollJob.objects.filter(job_id=job_id).first()
-    if job is None:
-        raise UnknownJob(job_id)
-    return job
 
 
 # --- reading a job ---------------------------------------------------------------
@@ -66,7 +59,7 @@ def cursor_pretty(cursor: bytes | memoryview | None) -> tuple[str, str]:
 
 
 def tick_history(job_id: str, limit: int = history.HISTORY_LEN) -> list[history.TickEntry]:
-    _require(job_id)
+    require_job(job_id)
     try:
         return history.entries(get_redis(), job_id, limit)
     except Exception as exc:  # Redis down: the page still renders, without history
@@ -75,7 +68,7 @@ def tick_history(job_id: str, limit: int = history.HISTORY_LEN) -> list[history.
 
 
 def preview_job(job_id: str, *, now: datetime, count: int = 10) -> list[FireTime]:
-    job = _require(job_id)
+    job = require_job(job_id)
     jd = definitions.from_row(job, {})
     return preview(jd.schedule, after=now, offset=jd.offset, count=count)
 
@@ -99,7 +92,7 @@ def rewind_job(job_id: str, *, tick: int, actor: str = "operator") -> Rewound:
         UnknownJob: no such job.
         LookupError: the tick is not in the kept history, or did not run.
     """
-    _require(job_id)
+    require_job(job_id)
     entry, cursor = history.start_cursor(get_redis(), job_id, tick)
     if entry.status == "skipped":
         raise LookupError(
@@ -118,7 +111,7 @@ def run_now_async(job_id: str) -> str:
     django-celery-results under the job id. Returns the task id."""
     from .celery import app
 
-    _require(job_id)
+    require_job(job_id)
     result = app.send_task(RUN_NOW_TASK, args=[job_id], headers={"periodic_task_name": job_id})
     log.info("job.run_now_enqueued job=%s task=%s", job_id, result.id)
     return result.id

@@ -205,7 +205,8 @@ def _sync_redbeat(upsert: list[str], remove: list[str], *, now: datetime) -> Non
 
 
 # --- per-job verbs ---------------------------------------------------------------
-def _require(job_id: str) -> PollJob:
+def require_job(job_id: str) -> PollJob:
+    """The job's definition row; UnknownJob when pollers.yaml has no such job."""
     job = PollJob.objects.filter(job_id=job_id).first()
     if job is None:
         raise UnknownJob(job_id)
@@ -213,7 +214,7 @@ def _require(job_id: str) -> PollJob:
 
 
 def pause_job(job_id: str, *, reason: str = "paused by operator") -> None:
-    _require(job_id)
+    require_job(job_id)
     PollState.objects.filter(job_id=job_id).update(paused=True, paused_reason=reason)
 
 
@@ -223,7 +224,7 @@ def resume_job(job_id: str) -> None:
     Leaving ``consecutive_errors`` at the threshold would re-open the breaker on
     the first transient error after a resume.
     """
-    _require(job_id)
+    require_job(job_id)
     PollState.objects.filter(job_id=job_id).update(
         paused=False, paused_reason="", consecutive_errors=0, breaker_open_until=None,
         breaker_trips=0, breaker_trial_at=None,
@@ -237,7 +238,7 @@ def reset_job(job_id: str) -> None:
     """
     from django.db.models import F
 
-    _require(job_id)
+    require_job(job_id)
     PollState.objects.filter(job_id=job_id).update(
         epoch=F("epoch") + 1, cursor=None, consecutive_errors=0, breaker_open_until=None,
         breaker_trips=0, breaker_trial_at=None, running_since=None, crash_count=0,
@@ -263,7 +264,7 @@ def run_job(
     Raises:
         JobPaused: the job is paused and ``force`` was not given; nothing ran.
     """
-    _require(job_id)
+    require_job(job_id)
     report = tick_job(job_id, now=now, manual=True, dry_run=dry_run, force=force)
     if report.status == "skipped" and report.reason == "paused":
         reason = PollState.objects.filter(job_id=job_id).values_list("paused_reason", flat=True)
@@ -316,7 +317,7 @@ def list_jobs(*, now: datetime) -> list[dict[str, Any]]:
 
 
 def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
-    job = _require(job_id)
+    job = require_job(job_id)
     state = PollState.objects.filter(job_id=job_id).first()
     view = job_view(job, state, now=now)
     view["config"] = job.config  # as written: ${VAR} references, never their values
