@@ -108,8 +108,11 @@ test-pg: venv redis-bin
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/runtime tests/admin tests/integration \
 	  tests/api tests/metrics tests/tools
 
+# ruff, then the import contracts in pyproject.toml ([tool.importlinter]): nexopoll.core
+# and pollers must not import Django, Celery, Redis, the runtime or the models.
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: venv redis-bin
 	$(PY) -m bench.run $(BENCH_ARGS)

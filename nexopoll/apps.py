@@ -7,7 +7,7 @@ class NexopollConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers system checks)
+        from . import celery, checks  # noqa: F401  (the Celery app for shared_task; checks)
         from .runtime import logredact, workerhooks  # noqa: F401  (connects Celery signals)
 
         logredact.install()  # every log record of this process is redacted
