@@ -11,7 +11,9 @@ and the earliest future one; decoded entries are cached until an entry write
 bumps the version key; new scores and meta go back in one pipeline; the sleep is
 bounded by the next due score. It also re-creates every job's entry from the DB
 at start, every ``NEXOPOLL_RESYNC_SECS``, and at once when the schedule vanished
-(a flushed Redis), and re-takes a lost lock when nobody else holds it.
+(a flushed Redis), in chunks with the lock extended between them (a resync on a
+slow DB must not outlive the lock and let a standby take over mid-way), and
+re-takes a lost lock when nobody else holds it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -135,6 +138,10 @@ class NexoEntry(RedBeatSchedulerEntry):
 
 class NexopollScheduler(RedBeatScheduler):
     Entry = NexoEntry
+    #: jobs loaded and written per resync step; the lock is extended between steps
+    resync_chunk = 500
+    #: called before every resync step (tests inject a slow DB here)
+    on_resync_chunk: Callable[[], None] | None = None
 
     def __init__(self, app: Any, **kwargs: Any) -> None:
         import django
@@ -177,7 +184,9 @@ class NexopollScheduler(RedBeatScheduler):
             current = fingerprint(self.client)
             if why == "timer" and current == self._fingerprint:
                 return  # nothing changed in the DB, every entry still installed
-            stats = resync_from_db(self.client, now=datetime.now(UTC))
+            stats = resync_from_db(
+                self.client, now=datetime.now(UTC), chunk=self.resync_chunk, between=self._between
+            )
             if statics and self.app.redbeat_conf.schedule:
                 self.update_from_dict(self.app.redbeat_conf.schedule)
             self._fingerprint = fingerprint(self.client)
@@ -189,7 +198,26 @@ class NexopollScheduler(RedBeatScheduler):
             self._cache.clear()
         log.info("beat.resync why=%s %s", why, stats)
 
+    def _between(self) -> None:
+        """Between resync chunks: keep the lock fresh (a resync may outlast its TTL)."""
+        if self.on_resync_chunk is not None:
+            self.on_resync_chunk()
+        if self.lock is not None and self._lock_due():
+            self._extend_lock()
+
     # --- the loop -------------------------------------------------------------
+    def _lock_due(self) -> bool:
+        return time.monotonic() - self._lock_extended >= self.lock_timeout / 3
+
+    def _extend_lock(self) -> None:
+        try:
+            self.lock.extend(int(self.lock_timeout))
+        except redis.exceptions.LockNotOwnedError:
+            if not self.lock.acquire(blocking=False):
+                raise  # another beat took over: exit, the supervisor restarts us as standby
+            log.warning("beat.lock_reacquired: the beat lock vanished (Redis flushed?)")
+        self._lock_extended = time.monotonic()
+
     def _hold_lock(self) -> bool:
         """Keep (or take) the beat lock; False while another beat holds it (standby)."""
         if not self.lock_key:
@@ -205,15 +233,8 @@ class NexopollScheduler(RedBeatScheduler):
             self._lock_extended = time.monotonic()
             log.info("beat.lock_acquired")
             return True
-        if time.monotonic() - self._lock_extended < self.lock_timeout / 3:
-            return True
-        try:
-            self.lock.extend(int(self.lock_timeout))
-        except redis.exceptions.LockNotOwnedError:
-            if not self.lock.acquire(blocking=False):
-                raise  # another beat took over: exit, the supervisor restarts us as standby
-            log.warning("beat.lock_reacquired: the beat lock vanished (Redis flushed?)")
-        self._lock_extended = time.monotonic()
+        if self._lock_due():
+            self._extend_lock()
         return True
 
     def tick(self, min=min, **kwargs: Any) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -79,28 +79,55 @@ def delete_entries(client: Any, job_ids: Iterable[str]) -> int:
     return len(ids)
 
 
-def resync_from_db(client: Any, *, now: datetime) -> dict[str, int]:
-    """Make RedBeat's job entries match the DB; return counts of what changed."""
-    jobs = {j.job_id: j for j in load_all()}
+CHUNK = 500
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def resync_from_db(
+    client: Any,
+    *,
+    now: datetime,
+    chunk: int = CHUNK,
+    between: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Make RedBeat's job entries match the DB; return counts of what changed.
+
+    The DB is read as ``(job_id, definition_hash)`` pairs first; only the jobs whose
+    entry is changed or missing are loaded, ``chunk`` at a time, each chunk written
+    in one pipeline. ``between()`` runs before every chunk: beat extends its lock
+    there, so a resync on a slow DB never outlives the lock (and it raises to abort
+    the resync once the lock is lost).
+    """
+    between = between or (lambda: None)
+    db: dict[str, str] = dict(PollJob.objects.values_list("job_id", "definition_hash"))
     installed: dict[str, str] = client.hgetall(keys.hashes_key())
     prefix = keys.key_prefix() + keys.ENTRY_PREFIX
     scheduled = {
         m[len(prefix) :] for m in client.zrange(keys.schedule_key(), 0, -1) if m.startswith(prefix)
     }
-    stale = (set(installed) | scheduled) - set(jobs)
-    changed = [j for i, j in jobs.items() if installed.get(i) != j.definition_hash]
-    missing = [
-        j for i, j in jobs.items() if i not in scheduled and installed.get(i) == j.definition_hash
-    ]
-    write_entries(client, changed + missing, now=now)
-    delete_entries(client, stale)
+    stale = sorted((set(installed) | scheduled) - set(db))
+    changed = sorted(i for i, h in db.items() if installed.get(i) != h)
+    missing = sorted(i for i, h in db.items() if i not in scheduled and installed.get(i) == h)
+    written = 0
+    for ids in _chunks(changed + missing, chunk):
+        between()
+        written += write_entries(client, load_all(ids), now=now)
+    for ids in _chunks(stale, chunk):
+        between()
+        delete_entries(client, ids)
+    between()
     client.set(keys.synced_key(), now.isoformat())
     return {
-        "jobs": len(jobs),
+        "jobs": len(db),
         "written": len(changed),
         "restored": len(missing),
         "removed": len(stale),
-        "changed_ids": [j.job_id for j in changed] + sorted(stale),
+        "loaded": written,
+        "changed_ids": changed + stale,
     }
 
 
