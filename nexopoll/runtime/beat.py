@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -44,6 +45,18 @@ from . import keys, metricstore
 from .publish import TickPublisher
 
 log = logging.getLogger("nexopoll.beat")
+
+#: one field per beat process (host:pid): the ticks it dispatched (a hash under the prefix)
+DISPATCHED = "nexopoll:beat:dispatched"
+
+
+def dispatched_key() -> str:
+    return keys.key_prefix() + DISPATCHED
+
+
+def beat_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 BATCH = 1000
 
@@ -307,6 +320,7 @@ class NexopollScheduler(RedBeatScheduler):
         now = datetime.fromtimestamp(now_ts, UTC)
         scores: dict[str, float] = {}
         stock: list[str] = []
+        sent = 0
         batch = getattr(self.producer, "batch", None)  # kombu >= 5.7: one pipeline
         with batch(max_size=2 * BATCH) if batch else contextlib.nullcontext():
             for key, _score in due:
@@ -316,8 +330,8 @@ class NexopollScheduler(RedBeatScheduler):
                 scores[key] = self._next_score(entry, now)
                 if not isinstance(entry.schedule, NexoSchedule):
                     stock.append(key)
-                if entry.enabled:
-                    self._publish(entry, now)
+                if entry.enabled and self._publish(entry, now):
+                    sent += 1
         done = [key for key, score in scores.items() if score < 0]  # one-shots that fired
         upcoming = {key: score for key, score in scores.items() if score >= 0}
         meta = json.dumps({"last_run_at": now}, cls=RedBeatJSONEncoder)
@@ -330,10 +344,12 @@ class NexopollScheduler(RedBeatScheduler):
                 pipe.zadd(zkey, dict.fromkeys(done, -1), xx=True)
             for key in stock:  # nexopoll entries derive slots from the clock, not from meta
                 pipe.hset(key, "meta", meta)
+            if sent:  # who dispatched how much: two beats must never both count up
+                pipe.hincrby(dispatched_key(), beat_id(), sent)
             pipe.execute()
         return list(upcoming.values())
 
-    def _publish(self, entry: NexoEntry, now: datetime) -> None:
+    def _publish(self, entry: NexoEntry, now: datetime) -> bool:
         try:
             if self.publisher.can_publish(entry):
                 self.publisher.publish(self.producer, entry, now)
@@ -341,6 +357,8 @@ class NexopollScheduler(RedBeatScheduler):
                 self.apply_async(entry, producer=self.producer, advance=False)
         except Exception:
             log.exception("beat.publish_failed entry=%s", entry.name)
+            return False
+        return True
 
     @staticmethod
     def _next_score(entry: NexoEntry, now: datetime) -> float:

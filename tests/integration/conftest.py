@@ -37,33 +37,44 @@ def job(job_id: str, every: float = 1, **extra) -> dict:
 
 class Stack:
     def __init__(self, redis_server, sink: Sink, tmp_path: Path) -> None:
+        self.redis_server = redis_server
         self.redis = redis_server.client()
         self.sink = sink
         self.config = tmp_path / "pollers.yaml"
         self.procs: list[CeleryProc] = []
         self.env_extra: dict[str, str] = {}
         self.redis_url = redis_server.url
+        self.binding_extra: dict[str, str] = {}
 
     def write(self, jobs: list[dict], **globals_) -> None:
         doc = {
             "pollers": {"breaker_threshold": 3, "default_jitter_ms": 0, **globals_, "jobs": jobs},
-            "agents": {"ana": {"webhook": {"url": self.sink.url, "allow_private_networks": True}}},
+            "agents": {
+                "ana": {
+                    "webhook": {
+                        "url": self.sink.url,
+                        "allow_private_networks": True,
+                        **self.binding_extra,
+                    }
+                }
+            },
         }
         self.config.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def reload(self, **kw):
         return services.reload_config(now=timezone.now(), path=self.config, **kw)
 
-    def env(self) -> dict[str, str]:
-        return stack_env(self.redis_url, database_url(), str(self.config), **self.env_extra)
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {**self.env_extra, **extra}
+        return stack_env(self.redis_url, database_url(), str(self.config), **env)
 
-    def worker(self, name: str = "w1") -> CeleryProc:
-        proc = CeleryProc("worker", self.env(), name).start()
+    def worker(self, name: str = "w1", prefix: list[str] | None = None, **env: str) -> CeleryProc:
+        proc = CeleryProc("worker", self.env(**env), name, prefix=prefix).start()
         self.procs.append(proc)
         return proc
 
-    def beat(self) -> CeleryProc:
-        proc = CeleryProc("beat", self.env(), "beat").start()
+    def beat(self, name: str = "beat", wait: bool = True, **env: str) -> CeleryProc:
+        proc = CeleryProc("beat", self.env(**env), name).start(wait=wait)
         self.procs.append(proc)
         return proc
 
@@ -90,3 +101,30 @@ def stack(redis_server, transactional_db, tmp_path, monkeypatch):
         finally:
             st.stop()
             client.flushall()
+
+
+@pytest.fixture
+def fault_stack(transactional_db, tmp_path, monkeypatch):
+    """A Stack on a private redis-server (killed, paused, restarted by the test), with a
+    canary secret in the webhook binding (``secret: ${NEXOPOLL_TEST_CANARY}``).
+
+    ``fault_stack.redis_server`` is the :class:`RedisServer` (no persistence; set its
+    ``aof`` and ``restart()`` it before starting processes for ``appendfsync everysec``).
+    """
+    from tests.support.invariants import CANARY, CANARY_VAR
+    from tests.support.procs import RedisServer
+
+    monkeypatch.setenv("NEXOPOLL_CONFIG", str(tmp_path / "pollers.yaml"))
+    monkeypatch.setenv(CANARY_VAR, CANARY)
+    server = RedisServer()
+    server.start()
+    with Sink() as sink:
+        st = Stack(server, sink, tmp_path)
+        st.binding_extra = {"secret": f"${{{CANARY_VAR}}}"}
+        # short beat lock and loop: a takeover takes seconds, not half a minute
+        st.env_extra.update(NEXOPOLL_BEAT_LOCK_TIMEOUT="3", NEXOPOLL_BEAT_MAX_LOOP="0.5")
+        try:
+            yield st
+        finally:
+            st.stop()
+            server.stop()

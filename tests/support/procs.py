@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,9 +37,27 @@ def wait_for(
         time.sleep(interval)
 
 
+def fault_scale() -> float:
+    """``NEXOPOLL_FAULT_SCALE`` stretches fault-test deadlines on a slow machine (default 1)."""
+    return float(os.environ.get("NEXOPOLL_FAULT_SCALE") or 1.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class RedisServer:
-    def __init__(self, port: int) -> None:
-        self.port = port
+    """A private redis-server; ``aof=True`` persists with ``appendfsync everysec``.
+
+    ``kill``/``pause``/``resume``/``restart`` inject the faults of RELIABILITY.md rows
+    8-12 on this process only (same port and directory across restarts).
+    """
+
+    def __init__(self, port: int | None = None, *, aof: bool = False) -> None:
+        self.port = port or free_port()
+        self.aof = aof
         self.proc: subprocess.Popen | None = None
         self.dir = tempfile.mkdtemp(prefix="nexopoll-redis-")
 
@@ -46,13 +65,20 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=5)
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def client(self, timeout: float = 5) -> redis.Redis:
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=timeout)
 
     def start(self) -> None:
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.aof else [
+            "--appendonly", "no"]  # fmt: skip
         cmd = [
             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", self.dir, "--enable-debug-command", "local",
+            *persistence, "--dir", self.dir, "--enable-debug-command", "local",
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -65,8 +91,26 @@ class RedisServer:
         except redis.exceptions.ConnectionError:
             return False
 
+    def kill(self) -> None:
+        """``kill -9``: whatever AOF had not fsynced yet is gone."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        self.proc = None
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a paused server cannot act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)
@@ -80,8 +124,14 @@ class CeleryProc:
     """A ``celery worker`` or ``celery beat`` subprocess with a log file to watch."""
 
     def __init__(
-        self, role: str, env: dict[str, str], name: str = "w1", extra: tuple[str, ...] = ()
+        self,
+        role: str,
+        env: dict[str, str],
+        name: str = "w1",
+        extra: tuple[str, ...] = (),
+        prefix: list[str] | None = None,
     ) -> None:
+        self.prefix = prefix or []  # e.g. ["faketime", "-f", "+300s"]
         self.role = role
         self.extra = extra
         self.name = name
@@ -90,7 +140,7 @@ class CeleryProc:
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait: bool = True) -> CeleryProc:
-        base = [sys.executable, "-m", "celery", "-A", "nexopoll"]
+        base = [*self.prefix, sys.executable, "-m", "celery", "-A", "nexopoll"]
         if self.role == "worker":
             cmd = base + [
                 "worker", "-P", "prefork", "-c", "1", "-Q", "nexopoll", "-n", f"{self.name}@%h",
