@@ -23,6 +23,19 @@ from .definitions import JobDef, load_all
 log = logging.getLogger("nexopoll.beat")
 
 
+#: Ticks carry an absolute ``expires`` set by beat's clock and read by the worker's: a
+#: worker whose clock runs ahead by more than the window would drop every tick it takes
+#: as expired (RELIABILITY row 16). The window allows this much skew on top.
+CLOCK_SKEW_ALLOWANCE_SECS = 600.0
+#: Bumped when ``entry_definition`` changes shape: entries written before are rewritten
+#: by the next resync (the installed hash carries the format).
+ENTRY_FORMAT = "2"
+
+
+def installed_hash(definition_hash: str) -> str:
+    return f"{definition_hash}/{ENTRY_FORMAT}"
+
+
 def entry_definition(job: JobDef, *, now: datetime) -> str:
     interval = job.interval(now).total_seconds()
     definition = {
@@ -30,9 +43,12 @@ def entry_definition(job: JobDef, *, now: datetime) -> str:
         "task": "nexopoll.tick",
         "args": [job.job_id],
         "kwargs": {"lease_ttl_ms": job.lease_ttl_ms(now)},
-        # A tick still queued an interval (at least 30 s) after it was sent is dropped:
-        # a later one polls from the same cursor. A one-shot never expires: it has no later one.
-        "options": {} if job.one_shot else {"expires": max(interval, 30.0)},
+        # A tick still queued an interval (at least 30 s) plus the clock-skew allowance after
+        # it was sent is dropped: a later one polls from the same cursor. A one-shot never
+        # expires: it has no later one.
+        "options": {}
+        if job.one_shot
+        else {"expires": max(interval, 30.0) + CLOCK_SKEW_ALLOWANCE_SECS},
         "schedule": schedule_json(
             schedule_to_dict(job.schedule), int(job.offset.total_seconds() * 1000)
         ),
@@ -58,7 +74,7 @@ def write_entries(client: Any, jobs: Iterable[JobDef], *, now: datetime) -> int:
             pipe.hset(key, "definition", entry_definition(job, now=now))
             pipe.hsetnx(key, "meta", json.dumps({"last_run_at": None}))
             pipe.zadd(keys.schedule_key(), {key: _score(job, now)})
-            pipe.hset(keys.hashes_key(), job.job_id, job.definition_hash)
+            pipe.hset(keys.hashes_key(), job.job_id, installed_hash(job.definition_hash))
             n += 1
         pipe.incr(keys.version_key())
         pipe.execute()
@@ -103,7 +119,7 @@ def resync_from_db(
     the resync once the lock is lost).
     """
     between = between or (lambda: None)
-    db: dict[str, str] = dict(PollJob.objects.values_list("job_id", "definition_hash"))
+    db = {i: installed_hash(h) for i, h in PollJob.objects.values_list("job_id", "definition_hash")}
     installed: dict[str, str] = client.hgetall(keys.hashes_key())
     prefix = keys.key_prefix() + keys.ENTRY_PREFIX
     scheduled = {
