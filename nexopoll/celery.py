@@ -1,15 +1,53 @@
-"""The Celery app. Configuration comes from Django settings (``CELERY_*``)."""
+"""The Celery app. Configuration comes from Django settings (``CELERY_*``).
+
+The broker is kombu's Redis transport with one change (``Transport`` below): a task
+whose ack fails (Redis hung past the socket timeout, or restarted) no longer wedges
+the worker. Stock kombu raises before it frees the message's prefetch slot, so a
+worker with ``prefetch 1`` keeps waiting for an ack that will never come and stops
+fetching for good. Here the slot is freed whatever Redis answered; the message's
+unacked copy in Redis is restored after the visibility timeout and runs again,
+which ticks and deliveries tolerate (lease, epoch fencing, delivery claims).
+"""
 
 from __future__ import annotations
 
 import os
 
 from celery import Celery
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
 
+
+class QoS(kombu_redis.QoS):
+    def ack(self, delivery_tag: str) -> None:
+        try:
+            self._remove_from_indices(delivery_tag).execute()
+        finally:
+            virtual.QoS.ack(self, delivery_tag)  # free the prefetch slot in any case
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        try:
+            if requeue:
+                self.restore_by_tag(delivery_tag, leftmost=True)
+            else:
+                self._remove_from_indices(delivery_tag).execute()
+        finally:
+            virtual.QoS.ack(self, delivery_tag)
+
+
+class Channel(kombu_redis.Channel):
+    QoS = QoS
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel
+
+
 app = Celery("nexopoll")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.broker_transport = "nexopoll.celery:Transport"
 # RedBeat looks its options up by their bare names; set them so, not only under the
 # CELERY_ namespace (otherwise it warns and falls back to the broker settings).
 app.conf.update(

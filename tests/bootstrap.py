@@ -48,7 +48,7 @@ def remove_orphans(parent: Path) -> list[Path]:
         try:
             pid = int((folder / OWNER).read_text())
         except (OSError, ValueError):
-            continue  # not ours to judge (no owner file): leave it
+            continue  # not ours to judge (no owner file), or kept on purpose: leave it
         if pid != os.getpid() and not _pid_alive(pid):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
@@ -75,5 +75,6 @@ def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     """Runs after every fixture (the session's redis-server included) was torn down."""
     if os.environ.get("NEXOPOLL_KEEP_TEST_TMP"):
         print(f"\nnexopoll: kept the session's temporary files in {SESSION_TMP}")
+        (SESSION_TMP / OWNER).unlink(missing_ok=True)  # kept: no later session removes it
         return
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
