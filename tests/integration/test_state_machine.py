@@ -28,6 +28,7 @@ from datetime import timedelta
 import pytest
 import yaml
 from django.core import serializers
+from django.db.models import F
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -41,7 +42,8 @@ from hypothesis.stateful import (
 
 from nexopoll import services
 from nexopoll.models import Agent, Delivery, PollJob, PollState
-from nexopoll.runtime import delivery
+from nexopoll.runtime import delivery, outbox
+from nexopoll.runtime.delivery import requeue_after
 from nexopoll.runtime.lease import lease_key
 from nexopoll.runtime.redis import get_redis
 from nexopoll.runtime.tick import tick_job
@@ -171,15 +173,15 @@ class Pipeline(RuleBasedStateMachine):
 
     @rule()
     def sweep(self) -> None:
-        delivery.dead_letter_exhausted(now=self.now)
-        ids = delivery.due_rows(now=self.now)
-        if ids:
-            delivery.deliver_rows(ids, clock=lambda: self.now)
+        """The outbox sweeper: queues due rows whose message is not on its way."""
+        outbox.sweep(now=self.now)
 
     @rule()
     def crash_between_commit_and_enqueue(self) -> None:
-        """The worker died after the commit: its deliver task never reached the broker."""
-        self.redis.delete(QUEUE)
+        """The worker died after the commit, before the enqueue: no deliver message was
+        published and no row was marked as queued."""
+        lost = self._queued_ids()
+        Delivery.objects.filter(id__in=lost).update(enqueued_at=None)
 
     @rule()
     def flushall(self) -> None:
@@ -187,9 +189,21 @@ class Pipeline(RuleBasedStateMachine):
         if self.published:  # the source is outside nexopoll's Redis: it keeps its items
             self.redis.rpush(f"test:src:{self.job}", *self.published)
 
-    @rule(seconds=st.sampled_from([1, 6, 30, 120]))
-    def clock_moves_on(self, seconds: int) -> None:
-        self.now += timedelta(seconds=seconds)
+    def _advance(self, seconds: float) -> None:
+        """Time passes: the workers' clock (``now``) and, for the stamps the DB writes
+        with its own clock (queued-at, claims), as if the DB's clock moved too."""
+        step = timedelta(seconds=seconds)
+        self.now += step
+        rows = Delivery.objects.filter(job_id=self.job)
+        rows.filter(enqueued_at__isnull=False).update(enqueued_at=F("enqueued_at") - step)
+        rows.filter(claimed_until__isnull=False).update(claimed_until=F("claimed_until") - step)
+
+    @rule(seconds=st.sampled_from([1, 6, 30, 120, "past the requeue delay"]))
+    def clock_moves_on(self, seconds) -> None:
+        """A message Redis lost (FLUSHALL) is replaced once the requeue delay passed."""
+        if seconds == "past the requeue delay":
+            seconds = requeue_after().total_seconds() + 1
+        self._advance(seconds)
 
     @rule(failing=st.booleans())
     def receiver_fails(self, failing: bool) -> None:
@@ -307,8 +321,10 @@ class Pipeline(RuleBasedStateMachine):
         """Everything the cursor passed reaches the receiver once the faults stop."""
         self.receiver.failing = False
         for _ in range(3):
-            self.now += timedelta(minutes=10)
+            self.deliver_queued()
+            self._advance(requeue_after().total_seconds() + 600)
             self.sweep()
+            self.deliver_queued()
         cursor = self._cursor() or 0
         received = {item for item, _, _ in self.receiver.hits(self.job)}
         missing = [i for i in self.published if i <= cursor and i not in received]
