@@ -93,9 +93,9 @@ def test_row16_a_worker_300s_ahead_still_ticks_every_slot_once(fault_stack):
 
 
 @pytest.mark.xfail(
-    reason="delivery rows are stamped (next_attempt_at, claims) with the writing worker's "
-    "clock: a row written by the worker 300 s ahead waits ~300 s before the other worker "
-    "sends it (issue 5, item 10: use the DB's clock or a Redis lease)",
+    reason="a tick stamps its outbox rows' next_attempt_at with its worker's clock: a row "
+    "written by the worker 300 s ahead is not due for the other worker (nor the sweeper) "
+    "for ~300 s (issue 5, item 10: the claims use the DB's clock; the due time does not)",
     strict=False,
 )
 def test_row16_items_reach_the_receiver_promptly_whichever_worker_wrote_them(fault_stack):

@@ -187,14 +187,36 @@ class CeleryProc:
             self.proc.wait(10)
 
     def stop(self, timeout: float = 20) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.proc is None:
             return None
+        rc = self.proc.returncode if self.proc.poll() is not None else None
+        if rc is None:
+            if self.prefix:  # a wrapper (faketime) forks: the worker is its child, in the group
+                self.signal_group(signal.SIGTERM)
+            else:
+                self.proc.terminate()
+            try:
+                rc = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._reap_group(timeout)
+        return rc
+
+    def _reap_group(self, timeout: float) -> None:
+        """Nothing of ours outlives the test: wait for the rest of the process group
+        (a wrapped worker, pool children), then SIGKILL what is left."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def stack_env(redis_url: str, database_url: str, config_path: str, **extra: str) -> dict[str, str]:
