@@ -170,9 +170,10 @@ def test_row12_redis_slow_during_a_tick_the_lost_lease_stops_the_commit(fault_st
         sleeper.join(30)
     wait_for(lambda: "lease.lost job=r12" in worker.text(), scaled(20), what="lease lost")
     assert worker.text().count("lease.lost job=r12") == 1
+    # the stalled tick committed nothing; a later tick (the lease is free again) may
+    # already have committed by now, under a newer epoch
     assert not Delivery.objects.filter(job_id="r12", epoch=epoch).exists()
-    watch.sample()
-    assert all(v == 0 for v in watch.seen["r12"]) or not watch.seen["r12"]
+    assert not Delivery.objects.filter(job_id="r12", epoch__lte=epoch).exists()
     watch.until(lambda: len(st.sink.item_ids("r12")) >= 2, scaled(30), "items from a later tick")
     assert sorted(st.sink.item_ids("r12")) == [1, 2]
     assert PollState.objects.get(job_id="r12").epoch > epoch
