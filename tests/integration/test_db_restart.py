@@ -71,7 +71,9 @@ class PrivateCluster:
     """``initdb`` + ``pg_ctl`` as the postgres user in a temp dir, on a free port."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="nexopoll-pg-"))
+        # not under the session's private temp folder (mode 0700, owned by root): the
+        # postgres user must reach its data directory; destroy() removes it
+        self.dir = Path(tempfile.mkdtemp(prefix="nexopoll-pg-", dir="/tmp"))
         shutil.chown(self.dir, "postgres")
         self.data = self.dir / "data"
         with socket.socket() as s:
