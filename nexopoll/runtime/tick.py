@@ -1,13 +1,16 @@
 """One tick, end to end (DESIGN.md "A tick, end to end").
 
-lease → read state → decide whether to run → take the fencing epoch (compare and
-swap on the epoch read) → poller.tick under a deadline → decide (pure) → one
-transaction: state + outbox rows WHERE epoch = mine, which also moves the epoch on
-→ enqueue deliveries → release the lease.
+lease (and its crash marker, one Redis round trip) → read state and its version (the
+epoch) → decide whether to run → poller.tick under a deadline → decide (pure) → one
+transaction: state + outbox rows WHERE epoch = the version read, which also moves the
+epoch on → enqueue deliveries → release the lease (and the crash marker).
 
-Every write to the state row moves the epoch, so a tick that read the row before
-another tick committed can neither take the epoch nor commit: it never polls from
-a stale cursor, and a zombie whose lease was taken over commits nothing.
+Optimistic concurrency: a scheduled tick writes the state row once, at its commit.
+Every write to the state row moves the epoch forward, so a tick that read the row
+before another tick (or an operator) wrote it cannot commit: a zombie whose lease was
+taken over, or a stale reader, commits nothing. A half-open breaker trial and a manual
+run still take the epoch before polling (the trial marker must be visible to every
+worker while the trial runs).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class _Tick:
     now: datetime
     held: lease.Lease | None
     next_slot_at: datetime | None
+    expect: int  # the row's epoch the commit compares and swaps on
 
 
 def tick_job(
@@ -163,28 +167,42 @@ def _run(
     if not manual and not may_tick(health, now=now, policy=policy.breaker):
         return _skipped(job_id, "breaker open")
     start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
-    # A scheduled tick that started and never finished while nobody held the lease
-    # died with its worker (every other way out clears running_since).
-    crashed = row["running_since"] is not None and not manual
-    t = _Tick(job, row, start, policy, row["epoch"] + 1,
-              row["crash_count"] + 1 if crashed else 0, now, held,
-              next_slot(job.schedule, after=now, offset=job.offset))  # fmt: skip
+    trial = start_tick(health, now=now).trial_started_at
+    # the tick's epoch: past the version read, and past every tick that took the lease
+    # since the last one ended (ticks racing from the same read label their rows apart)
+    read = row["epoch"]
+    epoch = read + (held.started if held is not None else 1)
+    t = _Tick(job, row, start, policy, epoch, _crashes(row, held), now, held,
+              next_slot(job.schedule, after=now, offset=job.offset), read)  # fmt: skip
     if dry_run:
         return _execute(t)[0]
-    started = {"last_started_at": now, "crash_count": t.crash_count,
-               "running_since": None if manual else now,
-               "breaker_trial_at": start_tick(health, now=now).trial_started_at}  # fmt: skip
-    if not store.take_epoch(job_id, row["epoch"], started):
-        return _skipped(job_id, "another tick took the epoch")
+    if manual or trial != health.trial_started_at:
+        # a manual run, or a half-open trial whose marker every worker must see while
+        # it runs: take the epoch first (the old two-write protocol, for these alone)
+        started = {"last_started_at": now, "crash_count": t.crash_count,
+                   "running_since": None if manual else now, "breaker_trial_at": trial}  # fmt: skip
+        if not store.take_epoch(job_id, read, started):
+            return _skipped(job_id, "another tick took the epoch")
+        t.epoch = t.expect = read + 1
+        t.row = {**row, **started}  # what the commit compares its fields with
     report = TickReport(job_id, "fenced", epoch=t.epoch)
     try:
         report = _finish(t, *_execute(t))
     finally:
         if not report.committed and not manual:
-            _clear_running(job_id, t.epoch)
+            _clear_running(t)
         report.start_cursor = row["cursor"]
         report.takeover = crashed
     return report
+
+
+def _crashes(row: dict[str, Any], held: lease.Lease | None) -> int:
+    """Consecutive ticks of the job that started and never ended (the poison-tick count):
+    the crash marker beside the lease, or a ``running_since`` left by a take-epoch tick."""
+    if held is None:
+        return 0
+    from_db = row["crash_count"] + 1 if row["running_since"] is not None else 0
+    return max(held.unfinished, from_db)
 
 
 def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
@@ -242,6 +260,7 @@ def _finish(
             fields[name] = redact(fields[name], secrets)
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
+    fields["last_started_at"] = t.now
     held = t.held
     if held is not None and latency_ms > held.ttl_ms / 2 and not tickfail.extended(held):
         log.warning("lease.lost job=%s epoch=%s: not committing", job_id, t.epoch)
@@ -363,14 +382,21 @@ def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
         "items_seen_total": report.items_seen,
         "items_dispatched_total": report.items_dispatched,
     }
-    store.commit_tick(t.job.job_id, t.epoch, fields, increments, rows)
+    store.commit_tick(t.job.job_id, t.epoch, _changed(t.row, fields), increments, rows, t.expect)
     report.delivery_ids = [str(r.id) for r in rows]
 
 
-def _clear_running(job_id: str, epoch: int) -> None:
+def _changed(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` less the state columns that already hold that value (an unchanged poll
+    rewrites no cursor, no health): the one UPDATE carries only what moved."""
+    return {k: v for k, v in fields.items() if k not in row or row[k] != v}
+
+
+def _clear_running(t: _Tick) -> None:
     """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
+    job_id = t.job.job_id
     try:
-        store.clear_running(job_id, epoch)
+        store.clear_running(job_id, t.epoch, t.expect)
     except DatabaseError as exc:  # the DB is down or locked: the tick already said so
         store.drop_if_unusable()
         log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)
