@@ -320,7 +320,9 @@ def new_session(guard: Guard) -> requests.Session:
     session.headers["Accept-Encoding"] = "gzip, deflate"
     for prefix in list(session.adapters):
         session.adapters.pop(prefix).close()
-    adapter = GuardedAdapter(guard)
+    # Shared by every thread of a worker (-P threads): urllib3's pools are thread-safe;
+    # keep as many idle connections per host as threads may have in flight, for many hosts.
+    adapter = GuardedAdapter(guard, pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -337,6 +339,8 @@ class _NoCookies(http.cookiejar.DefaultCookiePolicy):
 
 
 _NO_COOKIES = _NoCookies()
+POOL_HOSTS = int(os.environ.get("NEXOPOLL_HTTP_POOL_HOSTS", "200"))
+POOL_PER_HOST = int(os.environ.get("NEXOPOLL_HTTP_POOL_PER_HOST", "64"))
 _shared: dict[bool, requests.Session] = {}
 _shared_lock = threading.Lock()
 
