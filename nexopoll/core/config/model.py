@@ -20,7 +20,7 @@ from ..limits import CHANNEL_RE, MAX_RECIPIENT, is_name, must_match, unsafe_char
 from ..schedule import SCHEDULE_FIELDS, Schedule, schedule_to_dict
 from ..yamlsrc import Path
 
-MAX_JOBS = 10_000
+MAX_JOBS = 100_000
 MAX_JITTER_MS = 86_400_000
 
 _CANONICAL_JSON = json.JSONEncoder(
