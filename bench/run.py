@@ -1,8 +1,11 @@
 """nexopoll benchmark: worker CPU per tick, beat CPU per dispatch, scheduling lag.
 
-Run from the repo root: ``PYTHONPATH=. .venv/bin/python -m bench.run [--quick]``.
+Run from the repo root: ``PYTHONPATH=. .venv/bin/python -m bench.run [--quick]
+[--db postgres[://postgres@127.0.0.1:5432/PREFIX]] [--parts worker,beat,lag,io,big]``.
 Every measurement uses a fresh private redis-server on a free port and a fresh SQLite
-file in a temp dir (copied from one migrated template); jobs are created the product
+file in a temp dir (copied from one migrated template), or with ``--db postgres`` a
+fresh database ``PREFIX_xxxxxxxx`` created from a migrated template database and
+dropped afterwards; jobs are created the product
 way, by writing a pollers.yaml of ``noop`` jobs (bench/noop.py) and running
 ``manage.py pollers reload``. Processes run with the product's default timings.
 
@@ -28,6 +31,13 @@ way, by writing a pollers.yaml of ``noop`` jobs (bench/noop.py) and running
    back into [0, I): the queue depth samples and ran/due show a backlog instead.
    ran/due = distinct (job, slot) ticks with slot in the window / slots due in the
    window, measured after one interval of warm-up.
+4. I/O-bound ticks (part ``io``, bench/io.py): webhook_poll jobs against a loopback
+   server answering after 200 ms, on ``-P threads``, beside raw Celery fetch tasks.
+5. Part ``big`` (not in the default parts): 100,000 noop jobs every 600 s, the lag row
+   after 30 s of warm-up, with the reload time and the RSS of beat and workers.
+
+Results: a JSON file under bench/results/ and, with matplotlib (``pip install
+.[bench]``), a PNG lag histogram per lag row; the load average before and after.
 """
 
 from __future__ import annotations
@@ -46,9 +56,10 @@ from redbeat.schedulers import RedBeatSchedulerEntry
 
 from nexopoll.core.schedule import EverySchedule, stagger_offset
 
-from .io import fmt_rss, part_io, report_io
+from .io import part_io
 from .noop import TICKS_KEY
 from .plot import histogram, load, machine
+from .report import report
 from .stack import (
     DB,
     NEXO_SCHEDULER,
@@ -268,14 +279,15 @@ def _slots_between(offset: float, every: float, t0: float, t1: float) -> int:
 
 
 def part_lag(
-    dbs: JobDBs, n: int, every: float, duration: float, pool: str = "prefork", c: int = 2
-) -> dict[str, Any]:
+    dbs: JobDBs, n: int, every: float, duration: float, pool: str = "prefork", c: int = 2,
+    warm: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
     stack = Stack(dbs.get(n, every), BENCH_RECORD_TICKS="1")
     try:
         worker = stack.start("worker", worker_args(c, "lag", pool=pool), "lag")
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
         wait_for(lambda: stack.redis.client().exists(SYNCED) or not beat.alive(), 120, 0.05, "beat")
-        time.sleep(every)  # warm-up: one interval
+        time.sleep(every if warm is None else warm)  # warm-up: one interval
         t0, wcpu0, bcpu0 = time.time(), worker.cpu(), beat.cpu()
         depth = []
         while time.time() < t0 + duration:
@@ -302,63 +314,6 @@ def part_lag(
         stack.close()
 
 
-# --- report -----------------------------------------------------------------------------
-def report(res: dict[str, Any]) -> str:
-    out = [
-        f"nexopoll bench {res['started']} on {res['db']}, load average before "
-        f"{res['load_before']}, after {res.get('load_after')}  ({res['args']})",
-        "",
-    ]
-    w = res.get("worker")
-    if w:
-        raw, nx = w["raw"], w["nexopoll"]
-        out += [f"1. Worker CPU per task, prefork -c 1, M={w['m']} queued messages",
-                f"   {'':10}{'ms CPU/task':>12}{'tasks/s':>10}{'tasks':>8}",
-                f"   {'raw celery':10}{raw['cpu_ms_per_task']:12.3f}{raw['tasks_per_s']:10.0f}"
-                f"{raw['tasks']:8d}",
-                f"   {'nexopoll':10}{nx['cpu_ms_per_task']:12.3f}{nx['tasks_per_s']:10.0f}"
-                f"{nx['tasks']:8d}",
-                f"   ratio nexopoll/raw = {w['ratio']:.2f}x (target <= 2x); DB: ticks_total="
-                f"{nx['ticks_total']} over {nx['jobs']} jobs, last_status ok={nx['status_ok']} "
-                f"other={nx['status_other']}",
-                ""]  # fmt: skip
-    b = res.get("beat")
-    if b:
-        out += [f"2. Beat CPU per dispatch, N={b['n']} every {b['every']:g}s, "
-                f"{b['duration']:g}s window, no worker",
-                f"   {'':10}{'ms CPU/disp':>12}{'beat CPU%':>10}{'dispatched':>11}"
-                f"{'disp/due':>9}{'redis MB':>9}"]  # fmt: skip
-        for name in ("stock", "nexopoll"):
-            r = b[name]
-            out.append(
-                f"   {name:10}{r['cpu_ms_per_dispatch']:12.3f}{r['cpu_pct']:10.1f}"
-                f"{r['dispatched']:11d}{r['dispatched_per_due']:9.1%}"
-                f"{r['redis_used_mb']:9.1f}"
-            )
-        out += [f"   ratio nexopoll/stock = {b['ratio']:.2f}x (target <= 0.25x at N=10,000)", ""]
-    if res.get("lag"):
-        out += ["3. Scheduling lag, nexopoll beat + worker -c 2 (lag = tick start - slot)",
-                f"   {'N':>6} {'every':>5} {'due/s':>6} {'ticks/s':>7} {'ran/due':>8}"
-                f" {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'q max':>6} {'q end':>6}"
-                f" {'wrk CPU%':>8} {'beat%':>6}"]  # fmt: skip
-        for r in res["lag"]:
-            out.append(
-                f"   {r['n']:6d} {r['every']:5g} {r['due_per_s']:6.0f} "
-                f"{r['ticks_per_s']:7.0f} {r['ran_per_due']:8.1%} {r['lag_p50_ms']:7.0f}"
-                f" {r['lag_p99_ms']:7.0f} {r['lag_max_ms']:7.0f} {r['queue_max']:6d}"
-                f" {r['queue_end']:6d} {r['worker_cpu_pct']:8.0f} {r['beat_cpu_pct']:6.0f}"
-            )
-        out.append("   (lag folds into [0, every): read q max / q end and ran/due for backlog)")
-        out += [f"   RSS MB N={r['n']}: worker {fmt_rss(r['rss_mb']['worker'])}, beat "
-                f"{fmt_rss(r['rss_mb']['beat'])}" for r in res["lag"]]  # fmt: skip
-        out.append("")
-    if res.get("io"):
-        out += report_io(res["io"])
-    reloads = ", ".join(f"{k} {v:.1f}s" for k, v in res["reload_secs"].items())
-    out += ["", f"manage.py pollers reload times: {reloads}"]
-    return "\n".join(out)
-
-
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--jobs", default="1000,10000", help="job counts for lag (max: beat part)")
@@ -371,6 +326,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--io-jobs", type=int, default=10000, help="io part: webhook_poll jobs")
     p.add_argument("--io-every", type=float, default=60.0, help="io part: interval, s")
     p.add_argument("--threads", type=int, default=64, help="io part: -P threads -c")
+    p.add_argument("--big-jobs", type=int, default=100_000, help="big part: noop jobs / 600 s")
     p.add_argument("--delay-ms", type=int, default=200, help="io part: server answer delay")
     p.add_argument(
         "--quick", action="store_true", help="jobs 1000, interval 10, 30 s windows, M=1000"
@@ -429,6 +385,10 @@ def run_parts(res, dbs, args, parts, jobs, intervals) -> None:
                 row = part_lag(dbs, n, every, args.duration)
                 res["lags"][f"noop-{n}-every-{every:g}s"] = row.pop("lags_ms")
                 res["lag"].append(row)
+    if "big" in parts:  # 100,000 jobs every 600 s: phase-spread, so any window is typical
+        row = part_lag(dbs, args.big_jobs, 600.0, args.duration, warm=30.0)
+        res["lags"][f"noop-{args.big_jobs}-every-600s"] = row.pop("lags_ms")
+        res["lag"].append(row)
     if "io" in parts:
         res["io"] = part_io(dbs, args.io_jobs, args.io_every, args.duration, args.messages,
                             args.threads, args.delay_ms)  # fmt: skip
