@@ -21,11 +21,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from typing import Any
 
 from .stack import NEXO_SCHEDULER, ROOT, Stack, beat_args, free_port, job_id, worker_args
 
 SYNCED = "nexopoll:redbeat:nexopoll:synced"
+# the io rows' jobs, all on one host, lift the per-host cap to the worker's threads
+UNCAPPED = {"in_flight": 64}
+POLITE = {"in_flight": 8, "per_sec": 40}  # the politeness row: 1,000 jobs on one host
 
 
 class SlowServer:
@@ -64,7 +68,7 @@ def part_io(dbs, n: int, every: float, duration: float, m: int, threads: int, de
         finally:
             raw.close()
         jobs = m // ROUNDS
-        nexo = Stack(dbs.get(jobs, 3600, server.url))
+        nexo = Stack(dbs.get(jobs, 3600, server.url, UNCAPPED))
         try:
             calls = [([job_id(i % jobs)], {"lease_ttl_ms": 30000}) for i in range(jobs * ROUNDS)]
             publish(nexo, "nexopoll.tick", calls)
@@ -86,8 +90,10 @@ def part_io(dbs, n: int, every: float, duration: float, m: int, threads: int, de
         server.close()
 
 
-def io_lag(dbs, server: SlowServer, n, every, duration, threads, lag_stats, offsets) -> dict:
-    stack = Stack(dbs.get(n, every, server.url))
+def io_lag(
+    dbs, server: SlowServer, n, every, duration, threads, lag_stats, offsets, limits=None
+) -> dict:
+    stack = Stack(dbs.get(n, every, server.url, limits or UNCAPPED))
     try:
         worker = stack.start("worker", worker_args(threads, "io", pool="threads"), "io")
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
@@ -107,6 +113,7 @@ def io_lag(dbs, server: SlowServer, n, every, duration, threads, lag_stats, offs
         time.sleep(2)
         stats = server.get("/__stats")
         records = [(jid, ts) for jid, ts in stats["records"] if jid.startswith("b")]
+        per_second = Counter(int(ts) for _, ts in records if t0 <= ts < t1)
         res = lag_stats(records, offsets(stack, every), every, t0, t1)
         secs = t1 - t0
         res.update(n=n, every=every, secs=secs, ticks_per_s=res["ticks"] / secs,
@@ -115,10 +122,40 @@ def io_lag(dbs, server: SlowServer, n, every, duration, threads, lag_stats, offs
                    worker_cpu_ms_per_tick=1000 * (wcpu1 - wcpu0) / max(res["ticks"], 1),
                    beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
                    max_in_flight=stats["max_in_flight"], rss_mb=rss,
+                   max_per_second=max(per_second.values(), default=0),
                    workers_alive=worker.alive() and beat.alive())  # fmt: skip
         return res
     finally:
         stack.close()
+
+
+def part_polite(dbs, duration: float, threads: int, delay_ms: int) -> dict[str, Any]:
+    """1,000 webhook_poll jobs every 30 s (33/s on average, more in the bursts of the
+    phase spread) on one host capped at 8 in flight (40/s at 200 ms) and 40/s: the caps
+    hold, ticks that find the host busy wait for their turn (lag, not errors)."""
+    from .run import lag_stats, offsets
+
+    server = SlowServer(delay_ms)
+    try:
+        res = io_lag(dbs, server, 1000, 30.0, duration, threads, lag_stats, offsets, POLITE)
+        res["limits"] = POLITE
+        return res
+    finally:
+        server.close()
+
+
+def report_polite(r: dict[str, Any]) -> list[str]:
+    lim = r["limits"]
+    return [
+        f"5. Per-host politeness: N={r['n']} webhook_poll jobs on one host every "
+        f"{r['every']:g}s ({r['due_per_s']:.0f}/s due), host_limits in_flight={lim['in_flight']}"
+        f" per_sec={lim['per_sec']}",
+        f"   server saw at most {r['max_in_flight']} in flight (cap {lim['in_flight']}) and "
+        f"{r['max_per_second']} requests in one second (cap {lim['per_sec']}); "
+        f"{r['ticks_per_s']:.0f} ticks/s, ran/due {r['ran_per_due']:.1%}, "
+        f"lag p50 {r['lag_p50_ms']:.0f} ms p99 {r['lag_p99_ms']:.0f} ms, q max {r['queue_max']}",
+        "",
+    ]
 
 
 def report_io(r: dict[str, Any]) -> list[str]:
@@ -138,7 +175,8 @@ def report_io(r: dict[str, Any]) -> list[str]:
         f" ms, max {lag['lag_max_ms']:.0f} ms, q max {lag['queue_max']}, in flight max "
         f"{lag['max_in_flight']}, worker CPU {lag['worker_cpu_pct']:.0f}% "
         f"({lag['worker_cpu_ms_per_tick']:.2f} ms/tick), beat {lag['beat_cpu_pct']:.0f}%",
-        f"   RSS MB: worker {fmt_rss(lag['rss_mb']['worker'])}, beat "
+        f"   max requests in one second {lag['max_per_second']}; "
+        f"RSS MB: worker {fmt_rss(lag['rss_mb']['worker'])}, beat "
         f"{fmt_rss(lag['rss_mb']['beat'])}",
         "",
     ]

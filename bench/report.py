@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .io import fmt_rss, report_io
+from .io import fmt_rss, report_io, report_polite
 
 
 def report(res: dict[str, Any]) -> str:
@@ -58,6 +58,8 @@ def report(res: dict[str, Any]) -> str:
         out.append("")
     if res.get("io"):
         out += report_io(res["io"])
+    if res.get("polite"):
+        out += report_polite(res["polite"])
     reloads = ", ".join(f"{k} {v:.1f}s" for k, v in res["reload_secs"].items())
     out += ["", f"manage.py pollers reload times: {reloads}"]
     return "\n".join(out)

@@ -56,7 +56,7 @@ from redbeat.schedulers import RedBeatSchedulerEntry
 
 from nexopoll.core.schedule import EverySchedule, stagger_offset
 
-from .io import part_io
+from .io import part_io, part_polite
 from .noop import TICKS_KEY
 from .plot import histogram, load, machine
 from .report import report
@@ -87,19 +87,20 @@ class JobDBs:
 
     def __init__(self, template: Path | str) -> None:
         self.template = template
-        self.cache: dict[tuple[int, float, str], Path | str] = {}
+        self.cache: dict[tuple[int, float, str, str], Path | str] = {}
         self.reload_secs: dict[str, float] = {}
 
-    def get(self, n: int, every: float, url: str = "") -> Path | str:
-        if (n, every, url) not in self.cache:
+    def get(self, n: int, every: float, url: str = "", limits: dict | None = None) -> Path | str:
+        key = (n, every, url, json.dumps(limits))
+        if key not in self.cache:
             stack = Stack(self.template)
             try:
                 label = f"{n}{' webhook_poll' if url else ''}@{every:g}s"
-                self.reload_secs[label] = stack.load_jobs(n, every, url)
-                self.cache[(n, every, url)] = stack.snapshot(f"jobs-{n}-{every:g}")
+                self.reload_secs[label] = stack.load_jobs(n, every, url, limits)
+                self.cache[key] = stack.snapshot(f"jobs-{n}-{every:g}")
             finally:
                 stack.close()
-        return self.cache[(n, every, url)]
+        return self.cache[key]
 
     def close(self) -> None:
         for db in [*self.cache.values(), self.template]:
@@ -320,7 +321,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--intervals", default="60,10", help="intervals, s (first: beat part)")
     p.add_argument("--duration", type=float, default=60.0, help="measurement window, s")
     p.add_argument("--messages", type=int, default=3000, help="M for the worker part")
-    p.add_argument("--parts", default="worker,beat,lag,io")
+    p.add_argument("--parts", default="worker,beat,lag,io,polite")
     p.add_argument("--concurrency", type=int, default=1, help="worker part: prefork -c")
     p.add_argument("--db", default="sqlite", help="sqlite, or postgres[://URL/prefix]")
     p.add_argument("--io-jobs", type=int, default=10000, help="io part: webhook_poll jobs")
@@ -395,6 +396,9 @@ def run_parts(res, dbs, args, parts, jobs, intervals) -> None:
         res["lags"][f"webhook-{args.io_jobs}-every-{args.io_every:g}s"] = res["io"]["lag"].pop(
             "lags_ms"
         )
+    if "polite" in parts:
+        res["polite"] = part_polite(dbs, args.duration, args.threads, args.delay_ms)
+        res["lags"]["polite-1000-one-host"] = res["polite"].pop("lags_ms")
 
 
 if __name__ == "__main__":

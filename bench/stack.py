@@ -195,10 +195,11 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stderr[-3000:]}")
         return out.stdout
 
-    def load_jobs(self, n: int, every: float, url: str = "") -> float:
+    def load_jobs(self, n: int, every: float, url: str = "", limits: dict | None = None) -> float:
         """Write n noop jobs every ``every`` s (jitter = one interval) and reload; return secs.
 
-        With ``url``: ``webhook_poll`` jobs polling ``<url>/<job id>`` instead."""
+        With ``url``: ``webhook_poll`` jobs polling ``<url>/<job id>`` instead, with
+        ``limits`` as their ``host_limits`` (all on one host: 127.0.0.1)."""
 
         def config(i: int) -> dict:
             if not url:
@@ -217,6 +218,7 @@ class Stack:
                 "agent": "bench",
                 "schedule": {"every_secs": every},
                 "config": config(i),
+                **({"host_limits": dict(limits)} if url and limits else {}),
             }
             for i in range(n)
         ]

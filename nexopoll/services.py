@@ -152,7 +152,8 @@ def _job_row(spec: Any, rhash: str, glob: dict[str, Any], now: datetime) -> Poll
         job_id=spec.id, kind=spec.kind, agent=spec.agent,
         schedule=schedule_to_dict(spec.schedule), jitter_ms=spec.jitter_ms, config=spec.config,
         failure_to=failure_to or None, paused_on_boot=spec.paused_on_boot, definition_hash=rhash,
-        source_line=spec.line, created_at=now, updated_at=now, **glob,
+        source_line=spec.line, created_at=now, updated_at=now, host_limits=spec.host_limits,
+        **glob,
     )  # fmt: skip
 
 

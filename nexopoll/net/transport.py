@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,6 +69,14 @@ class ReadBudget(Protocol):
 
 current_budget: contextvars.ContextVar[ReadBudget | None] = contextvars.ContextVar(
     "nexopoll_read_budget", default=None
+)
+
+HostGate = Callable[[str, ReadBudget], AbstractContextManager[Any]]
+"""``gate(host, budget)``: a context held around each request to ``host`` (its turn
+under a per-host cap); it waits while the host is busy, within ``budget``."""
+
+host_gate: contextvars.ContextVar[HostGate | None] = contextvars.ContextVar(
+    "nexopoll_host_gate", default=None
 )
 
 

@@ -51,6 +51,7 @@ class JobDef:
     lease_ttl_factor: float
     definition_hash: str
     agent_bindings: dict[str, Any] = field(default_factory=dict)
+    host_limits: dict[str, int] | None = None  # overrides the per-host politeness caps
 
     @cached_property
     def offset(self) -> timedelta:
@@ -115,6 +116,7 @@ def from_row(job: PollJob, bindings: dict[str, Any]) -> JobDef:
         lease_ttl_factor=job.lease_ttl_factor,
         definition_hash=job.definition_hash,
         agent_bindings=bindings,
+        host_limits=job.host_limits,
     )
 
 

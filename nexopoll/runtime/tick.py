@@ -31,9 +31,20 @@ from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, 
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
 from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
+from nexopoll.net.transport import host_gate
 
 from ..models import Delivery
-from . import definitions, history, lease, logredact, metricstore, pacing, store, tickfail
+from . import (
+    definitions,
+    history,
+    lease,
+    logredact,
+    metricstore,
+    pacing,
+    politeness,
+    store,
+    tickfail,
+)  # fmt: skip
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
@@ -192,7 +203,7 @@ def _run(
         if not report.committed and not manual:
             _clear_running(t)
         report.start_cursor = row["cursor"]
-        report.takeover = crashed
+        report.takeover = t.crash_count > 0  # took over from a tick that never ended
     return report
 
 
@@ -305,7 +316,11 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
         cancel=CancelToken(deadline=time.monotonic() + timeout),
         host=host,
     )
-    ack = poller.tick(ctx)
+    polite = host_gate.set(politeness.gate_for(job.host_limits))  # per-host caps, this thread
+    try:
+        ack = poller.tick(ctx)
+    finally:
+        host_gate.reset(polite)
     if not isinstance(ack, TickAck):
         raise TypeError(f"poller {job.kind!r} returned {type(ack).__name__}, not TickAck")
     return ack
