@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.commands.core import Script
@@ -116,3 +117,12 @@ def _script(client: redis.Redis, source: str) -> Script:
     if script is None:
         script = _scripts[key] = client.register_script(source)
     return script
+
+
+def crashes(row: dict[str, Any], held: Lease | None) -> int:
+    """Consecutive ticks of the job that started and never ended (the poison-tick count):
+    the crash marker beside the lease, or a ``running_since`` left by a take-epoch tick."""
+    if held is None:
+        return 0
+    from_db = row["crash_count"] + 1 if row["running_since"] is not None else 0
+    return max(held.unfinished, from_db)

@@ -126,6 +126,12 @@ def _update(job_id: str, epoch: int, fields: dict[str, Any], increments: dict[st
         return cur.rowcount
 
 
+def changed(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` less the state columns that already hold that value (an unchanged poll
+    rewrites no cursor, no health): the one UPDATE carries only what moved."""
+    return {k: v for k, v in fields.items() if k not in row or row[k] != v}
+
+
 def record_failure(
     job_id: str, epoch: int, fields: dict[str, Any], expect: int | None = None
 ) -> bool:

@@ -183,7 +183,7 @@ def _run(
     # since the last one ended (ticks racing from the same read label their rows apart)
     read = row["epoch"]
     epoch = read + (held.started if held is not None else 1)
-    t = _Tick(job, row, start, policy, epoch, _crashes(row, held), now, held,
+    t = _Tick(job, row, start, policy, epoch, lease.crashes(row, held), now, held,
               next_slot(job.schedule, after=now, offset=job.offset), read)  # fmt: skip
     if dry_run:
         return _execute(t)[0]
@@ -201,19 +201,10 @@ def _run(
         report = _finish(t, *_execute(t))
     finally:
         if not report.committed and not manual:
-            _clear_running(t)
+            tickfail.clear_running(t)
         report.start_cursor = row["cursor"]
         report.takeover = t.crash_count > 0  # took over from a tick that never ended
     return report
-
-
-def _crashes(row: dict[str, Any], held: lease.Lease | None) -> int:
-    """Consecutive ticks of the job that started and never ended (the poison-tick count):
-    the crash marker beside the lease, or a ``running_since`` left by a take-epoch tick."""
-    if held is None:
-        return 0
-    from_db = row["crash_count"] + 1 if row["running_since"] is not None else 0
-    return max(held.unfinished, from_db)
 
 
 def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
@@ -397,26 +388,10 @@ def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
         "items_seen_total": report.items_seen,
         "items_dispatched_total": report.items_dispatched,
     }
-    store.commit_tick(t.job.job_id, t.epoch, _changed(t.row, fields), increments, rows, t.expect)
+    store.commit_tick(
+        t.job.job_id, t.epoch, store.changed(t.row, fields), increments, rows, t.expect
+    )
     report.delivery_ids = [str(r.id) for r in rows]
-
-
-def _changed(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """``fields`` less the state columns that already hold that value (an unchanged poll
-    rewrites no cursor, no health): the one UPDATE carries only what moved."""
-    return {k: v for k, v in fields.items() if k not in row or row[k] != v}
-
-
-def _clear_running(t: _Tick) -> None:
-    """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
-    job_id = t.job.job_id
-    try:
-        store.clear_running(job_id, t.epoch, t.expect)
-    except DatabaseError as exc:  # the DB is down or locked: the tick already said so
-        store.drop_if_unusable()
-        log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)
-    except Exception:
-        log.warning("tick.clear_running_failed job=%s", job_id, exc_info=True)
 
 
 def enqueue_deliveries(ids: list[str]) -> None:

@@ -97,3 +97,15 @@ def best_effort(write) -> bool:
         log.warning("tick.record_failed: %s", type(exc).__name__)
         return False
     return True
+
+
+def clear_running(t: tick._Tick) -> None:
+    """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
+    job_id = t.job.job_id
+    try:
+        store.clear_running(job_id, t.epoch, t.expect)
+    except DatabaseError as exc:  # the DB is down or locked: the tick already said so
+        store.drop_if_unusable()
+        log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)
+    except Exception:
+        log.warning("tick.clear_running_failed job=%s", job_id, exc_info=True)
