@@ -114,7 +114,9 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
+# BENCH_ARGS: --quick (about 2 min), --db postgres[://postgres@127.0.0.1:5432/PREFIX], --parts
 bench: venv redis-bin
+	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:

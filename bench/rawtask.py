@@ -11,3 +11,19 @@ from nexopoll.celery import app
 @app.task(name="bench.noop", ignore_result=True)
 def noop() -> None:
     return None
+
+
+_session = None
+
+
+@app.task(name="bench.fetch", ignore_result=True)
+def fetch(url: str) -> None:
+    """The raw baseline of an I/O-bound tick: one GET on a shared, pooled Session."""
+    global _session
+    if _session is None:
+        import requests
+
+        _session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=10, pool_maxsize=64)
+        _session.mount("http://", adapter)
+    _session.get(url, timeout=30).json()

@@ -1,8 +1,11 @@
 """nexopoll benchmark: worker CPU per tick, beat CPU per dispatch, scheduling lag.
 
-Run from the repo root: ``PYTHONPATH=. .venv/bin/python -m bench.run [--quick]``.
+Run from the repo root: ``PYTHONPATH=. .venv/bin/python -m bench.run [--quick]
+[--db postgres[://postgres@127.0.0.1:5432/PREFIX]] [--parts worker,beat,lag,io,big]``.
 Every measurement uses a fresh private redis-server on a free port and a fresh SQLite
-file in a temp dir (copied from one migrated template); jobs are created the product
+file in a temp dir (copied from one migrated template), or with ``--db postgres`` a
+fresh database ``PREFIX_xxxxxxxx`` created from a migrated template database and
+dropped afterwards; jobs are created the product
 way, by writing a pollers.yaml of ``noop`` jobs (bench/noop.py) and running
 ``manage.py pollers reload``. Processes run with the product's default timings.
 
@@ -28,6 +31,13 @@ way, by writing a pollers.yaml of ``noop`` jobs (bench/noop.py) and running
    back into [0, I): the queue depth samples and ran/due show a backlog instead.
    ran/due = distinct (job, slot) ticks with slot in the window / slots due in the
    window, measured after one interval of warm-up.
+4. I/O-bound ticks (part ``io``, bench/io.py): webhook_poll jobs against a loopback
+   server answering after 200 ms, on ``-P threads``, beside raw Celery fetch tasks.
+5. Part ``big`` (not in the default parts): 100,000 noop jobs every 600 s, the lag row
+   after 30 s of warm-up, with the reload time and the RSS of beat and workers.
+
+Results: a JSON file under bench/results/ and, with matplotlib (``pip install
+.[bench]``), a PNG lag histogram per lag row; the load average before and after.
 """
 
 from __future__ import annotations
@@ -46,14 +56,20 @@ from redbeat.schedulers import RedBeatSchedulerEntry
 
 from nexopoll.core.schedule import EverySchedule, stagger_offset
 
+from .io import part_io, part_polite
 from .noop import TICKS_KEY
+from .plot import histogram, load, machine
+from .report import report
 from .stack import (
+    DB,
     NEXO_SCHEDULER,
     STOCK_SCHEDULER,
     Stack,
     beat_args,
     job_id,
     migrated_template,
+    pg_drop,
+    use_postgres,
     wait_for,
     worker_args,
 )
@@ -61,28 +77,35 @@ from .stack import (
 RESULTS = Path(__file__).resolve().parent / "results"
 SYNCED = "nexopoll:redbeat:nexopoll:synced"  # beat writes it once it mirrored the DB
 ROUNDS = 3  # worker part: ticks per job
+PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/nexopoll_bench"
 
 
 # --- shared -----------------------------------------------------------------------
 class JobDBs:
-    """SQLite files with N noop jobs every I s, reloaded once each and then copied."""
+    """DBs (SQLite files or PostgreSQL template databases) with N noop (or, with ``url``,
+    webhook_poll) jobs every I s, reloaded once each and then copied per stack."""
 
-    def __init__(self, template: Path) -> None:
+    def __init__(self, template: Path | str) -> None:
         self.template = template
-        self.cache: dict[tuple[int, float], Path] = {}
+        self.cache: dict[tuple[int, float, str, str], Path | str] = {}
         self.reload_secs: dict[str, float] = {}
 
-    def get(self, n: int, every: float) -> Path:
-        if (n, every) not in self.cache:
+    def get(self, n: int, every: float, url: str = "", limits: dict | None = None) -> Path | str:
+        key = (n, every, url, json.dumps(limits))
+        if key not in self.cache:
             stack = Stack(self.template)
             try:
-                self.reload_secs[f"{n}@{every:g}s"] = stack.load_jobs(n, every)
-                path = self.template.with_name(f"jobs-{n}-{every:g}.sqlite3")
-                path.write_bytes(stack.db.read_bytes())
+                label = f"{n}{' webhook_poll' if url else ''}@{every:g}s"
+                self.reload_secs[label] = stack.load_jobs(n, every, url, limits)
+                self.cache[key] = stack.snapshot(f"jobs-{n}-{every:g}")
             finally:
                 stack.close()
-            self.cache[(n, every)] = path
-        return self.cache[(n, every)]
+        return self.cache[key]
+
+    def close(self) -> None:
+        for db in [*self.cache.values(), self.template]:
+            if isinstance(db, str):
+                pg_drop(db)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -101,16 +124,18 @@ def publish(stack: Stack, name: str, calls: list[tuple[list, dict]]) -> None:
 
 
 def drain(
-    stack: Stack, m: int, include: str = "", warm: int = 1, concurrency: int = 1
-) -> dict[str, float]:
-    """Start one prefork worker on a queue of m messages; measure from the moment
-    ``warm`` of them were consumed (caches filled, connections open) until drained."""
-    worker = stack.start("worker", worker_args(concurrency, "drain", include), "drain")
+    stack: Stack, m: int, include: str = "", warm: int = 1, concurrency: int = 1,
+    pool: str = "prefork",
+) -> dict[str, float]:  # fmt: skip
+    """Start one worker on a queue of m messages; measure from the moment ``warm`` of
+    them were consumed (caches filled, connections open) until drained."""
+    args = worker_args(concurrency, "drain", include, pool)
+    worker = stack.start("worker", args, "drain")
     wait_for(lambda: stack.queued() <= m - warm or not worker.alive(), 120, 0.002, "warm-up")
     t0, cpu0, left = time.monotonic(), worker.cpu(), stack.queued()
     done = wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
                     600, 0.01, "queue drained")  # fmt: skip
-    t1, cpu1 = time.monotonic(), worker.cpu()
+    t1, cpu1, rss = time.monotonic(), worker.cpu(), worker.rss()
     assert done and worker.alive(), f"worker died:\n{worker.text()[-2000:]}"
     worker.stop()
     secs, cpu = t1 - t0, cpu1 - cpu0
@@ -120,6 +145,7 @@ def drain(
         "cpu_s": cpu,
         "cpu_ms_per_task": 1000 * cpu / left,
         "tasks_per_s": left / secs,
+        "rss_mb": rss,
     }
 
 
@@ -140,8 +166,8 @@ def part_worker(template: Path, dbs: JobDBs, m: int, concurrency: int = 1) -> di
         publish(nexo, "nexopoll.tick", calls)
         nexo_res = drain(nexo, len(calls), warm=jobs, concurrency=concurrency)
         ((ticks, ok, other),) = nexo.sql(
-            "SELECT SUM(ticks_total), SUM(last_status = 'ok'), "
-            "SUM(last_status != 'ok') FROM poll_state"
+            "SELECT SUM(ticks_total), SUM(CASE WHEN last_status = 'ok' THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN last_status != 'ok' THEN 1 ELSE 0 END) FROM poll_state"
         )
         nexo_res.update(ticks_total=ticks, jobs=jobs, status_ok=ok, status_other=other)
     finally:
@@ -243,6 +269,7 @@ def lag_stats(
         "lag_p99_ms": pct(lags, 0.99),
         "lag_max_ms": max(lags, default=math.nan),
         "lag_mean_ms": statistics.fmean(lags) if lags else math.nan,
+        "lags_ms": lags,  # popped by the caller: the PNG histogram, not the JSON
     }
 
 
@@ -252,19 +279,23 @@ def _slots_between(offset: float, every: float, t0: float, t1: float) -> int:
     return max(0, last - first)
 
 
-def part_lag(dbs: JobDBs, n: int, every: float, duration: float) -> dict[str, Any]:
+def part_lag(
+    dbs: JobDBs, n: int, every: float, duration: float, pool: str = "prefork", c: int = 2,
+    warm: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
     stack = Stack(dbs.get(n, every), BENCH_RECORD_TICKS="1")
     try:
-        worker = stack.start("worker", worker_args(2, "lag"), "lag")
+        worker = stack.start("worker", worker_args(c, "lag", pool=pool), "lag")
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
         wait_for(lambda: stack.redis.client().exists(SYNCED) or not beat.alive(), 120, 0.05, "beat")
-        time.sleep(every)  # warm-up: one interval
+        time.sleep(every if warm is None else warm)  # warm-up: one interval
         t0, wcpu0, bcpu0 = time.time(), worker.cpu(), beat.cpu()
         depth = []
         while time.time() < t0 + duration:
             depth.append(stack.queued())
             time.sleep(1)
         t1, wcpu1, bcpu1 = time.time(), worker.cpu(), beat.cpu()
+        rss = {"worker": worker.rss(), "beat": beat.rss()}
         time.sleep(2)  # grace: ticks of slots just before t1 still record
         raw = stack.r.lrange(TICKS_KEY, 0, -1)
         records = [(jid, float(ts)) for jid, ts in (r.split() for r in raw)]
@@ -276,59 +307,12 @@ def part_lag(dbs: JobDBs, n: int, every: float, duration: float) -> dict[str, An
         res.update(n=n, every=every, secs=secs, ticks_per_s=res["ticks"] / secs,
                    due_per_s=n / every, queue_max=max(depth), queue_end=depth[-1],
                    worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
-                   beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs, jobs_not_ok=not_ok,
+                   beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs, jobs_not_ok=not_ok, rss_mb=rss,
+                   pool=f"{pool} -c {c}",
                    workers_alive=worker.alive() and beat.alive())  # fmt: skip
         return res
     finally:
         stack.close()
-
-
-# --- report -----------------------------------------------------------------------------
-def report(res: dict[str, Any]) -> str:
-    out = [f"nexopoll bench {res['started']}  ({res['args']})", ""]
-    w = res.get("worker")
-    if w:
-        raw, nx = w["raw"], w["nexopoll"]
-        out += [f"1. Worker CPU per task, prefork -c 1, M={w['m']} queued messages",
-                f"   {'':10}{'ms CPU/task':>12}{'tasks/s':>10}{'tasks':>8}",
-                f"   {'raw celery':10}{raw['cpu_ms_per_task']:12.3f}{raw['tasks_per_s']:10.0f}"
-                f"{raw['tasks']:8d}",
-                f"   {'nexopoll':10}{nx['cpu_ms_per_task']:12.3f}{nx['tasks_per_s']:10.0f}"
-                f"{nx['tasks']:8d}",
-                f"   ratio nexopoll/raw = {w['ratio']:.2f}x (target <= 2x); DB: ticks_total="
-                f"{nx['ticks_total']} over {nx['jobs']} jobs, last_status ok={nx['status_ok']} "
-                f"other={nx['status_other']}",
-                ""]  # fmt: skip
-    b = res.get("beat")
-    if b:
-        out += [f"2. Beat CPU per dispatch, N={b['n']} every {b['every']:g}s, "
-                f"{b['duration']:g}s window, no worker",
-                f"   {'':10}{'ms CPU/disp':>12}{'beat CPU%':>10}{'dispatched':>11}"
-                f"{'disp/due':>9}{'redis MB':>9}"]  # fmt: skip
-        for name in ("stock", "nexopoll"):
-            r = b[name]
-            out.append(
-                f"   {name:10}{r['cpu_ms_per_dispatch']:12.3f}{r['cpu_pct']:10.1f}"
-                f"{r['dispatched']:11d}{r['dispatched_per_due']:9.1%}"
-                f"{r['redis_used_mb']:9.1f}"
-            )
-        out += [f"   ratio nexopoll/stock = {b['ratio']:.2f}x (target <= 0.25x at N=10,000)", ""]
-    if res.get("lag"):
-        out += ["3. Scheduling lag, nexopoll beat + worker -c 2 (lag = tick start - slot)",
-                f"   {'N':>6} {'every':>5} {'due/s':>6} {'ticks/s':>7} {'ran/due':>8}"
-                f" {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'q max':>6} {'q end':>6}"
-                f" {'wrk CPU%':>8} {'beat%':>6}"]  # fmt: skip
-        for r in res["lag"]:
-            out.append(
-                f"   {r['n']:6d} {r['every']:5g} {r['due_per_s']:6.0f} "
-                f"{r['ticks_per_s']:7.0f} {r['ran_per_due']:8.1%} {r['lag_p50_ms']:7.0f}"
-                f" {r['lag_p99_ms']:7.0f} {r['lag_max_ms']:7.0f} {r['queue_max']:6d}"
-                f" {r['queue_end']:6d} {r['worker_cpu_pct']:8.0f} {r['beat_cpu_pct']:6.0f}"
-            )
-        out.append("   (lag folds into [0, every): read q max / q end and ran/due for backlog)")
-    reloads = ", ".join(f"{k} {v:.1f}s" for k, v in res["reload_secs"].items())
-    out += ["", f"manage.py pollers reload times: {reloads}"]
-    return "\n".join(out)
 
 
 def parse() -> argparse.Namespace:
@@ -337,14 +321,23 @@ def parse() -> argparse.Namespace:
     p.add_argument("--intervals", default="60,10", help="intervals, s (first: beat part)")
     p.add_argument("--duration", type=float, default=60.0, help="measurement window, s")
     p.add_argument("--messages", type=int, default=3000, help="M for the worker part")
-    p.add_argument("--parts", default="worker,beat,lag")
+    p.add_argument("--parts", default="worker,beat,lag,io,polite")
     p.add_argument("--concurrency", type=int, default=1, help="worker part: prefork -c")
+    p.add_argument("--db", default="sqlite", help="sqlite, or postgres[://URL/prefix]")
+    p.add_argument("--io-jobs", type=int, default=10000, help="io part: webhook_poll jobs")
+    p.add_argument("--io-every", type=float, default=60.0, help="io part: interval, s")
+    p.add_argument("--threads", type=int, default=64, help="io part: -P threads -c")
+    p.add_argument("--big-jobs", type=int, default=100_000, help="big part: noop jobs / 600 s")
+    p.add_argument("--delay-ms", type=int, default=200, help="io part: server answer delay")
     p.add_argument(
         "--quick", action="store_true", help="jobs 1000, interval 10, 30 s windows, M=1000"
     )
     args = p.parse_args()
     if args.quick:
         args.jobs, args.intervals, args.duration, args.messages = "1000", "10", 30.0, 1000
+        args.io_jobs, args.io_every = 1000, 10.0
+    if args.db.startswith("postgres"):
+        use_postgres(args.db if "://" in args.db else PG_DEFAULT)
     return args
 
 
@@ -356,9 +349,33 @@ def main() -> None:
     res: dict[str, Any] = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "args": vars(args),
+        "db": "postgresql" if DB["pg"] else "sqlite",
+        "machine": machine(),
+        "load_before": load(),
         "lag": [],
     }
     dbs = JobDBs(migrated_template())
+    try:
+        run_parts(res, dbs, args, parts, jobs, intervals)
+    finally:
+        dbs.close()
+    res["load_after"] = load()
+    res["reload_secs"] = dbs.reload_secs
+    text = report(res)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    stem = f"bench-{res['db']}-{res['started'].replace(':', '')}"
+    for name, lags in res.pop("lags", {}).items():
+        png = histogram(RESULTS / f"{stem}-{name}.png", lags, f"{name} ({res['db']})")
+        if png:
+            print(f"PNG: {png}")
+    out = RESULTS / f"{stem}.json"
+    out.write_text(json.dumps(res, indent=2, default=str))
+    print(f"\nJSON: {out}")
+
+
+def run_parts(res, dbs, args, parts, jobs, intervals) -> None:
+    res["lags"] = {}
     if "worker" in parts:
         res["worker"] = part_worker(dbs.template, dbs, args.messages, args.concurrency)
     if "beat" in parts:
@@ -366,14 +383,22 @@ def main() -> None:
     if "lag" in parts:
         for n in jobs:
             for every in intervals:
-                res["lag"].append(part_lag(dbs, n, every, args.duration))
-    res["reload_secs"] = dbs.reload_secs
-    text = report(res)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench-{res['started'].replace(':', '')}.json"
-    out.write_text(json.dumps(res, indent=2, default=str))
-    print(f"\nJSON: {out}")
+                row = part_lag(dbs, n, every, args.duration)
+                res["lags"][f"noop-{n}-every-{every:g}s"] = row.pop("lags_ms")
+                res["lag"].append(row)
+    if "big" in parts:  # 100,000 jobs every 600 s: phase-spread, so any window is typical
+        row = part_lag(dbs, args.big_jobs, 600.0, args.duration, warm=30.0)
+        res["lags"][f"noop-{args.big_jobs}-every-600s"] = row.pop("lags_ms")
+        res["lag"].append(row)
+    if "io" in parts:
+        res["io"] = part_io(dbs, args.io_jobs, args.io_every, args.duration, args.messages,
+                            args.threads, args.delay_ms)  # fmt: skip
+        res["lags"][f"webhook-{args.io_jobs}-every-{args.io_every:g}s"] = res["io"]["lag"].pop(
+            "lags_ms"
+        )
+    if "polite" in parts:
+        res["polite"] = part_polite(dbs, args.duration, args.threads, args.delay_ms)
+        res["lags"]["polite-1000-one-host"] = res["polite"].pop("lags_ms")
 
 
 if __name__ == "__main__":

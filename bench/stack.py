@@ -1,6 +1,8 @@
 """Private stacks for the benchmark: a redis-server on a free port, a SQLite file in a
-temp dir, ``manage.py`` subprocesses, Celery worker/beat processes and psutil CPU
-accounting. Nothing here touches the machine's Redis on 6379 or the repo's ``data/``.
+temp dir (or, with ``--db postgres``, a database of its own on the local PostgreSQL,
+created from a template and dropped afterwards), ``manage.py`` subprocesses, Celery
+worker/beat processes and psutil CPU accounting. Nothing here touches the machine's
+Redis on 6379 or the repo's ``data/``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -40,6 +43,39 @@ PRODUCT_ENV = {
     # the workers and beats run at -l warning: nexopoll's own per-tick INFO lines too
     "NEXOPOLL_LOG_LEVEL": "WARNING",
 }
+
+
+# --db: "sqlite", or a PostgreSQL URL whose database name prefixes every bench database
+DB = {"pg": ""}
+
+
+def use_postgres(url: str) -> None:
+    """Run every stack on PostgreSQL at ``url`` (its path: a prefix for our databases)."""
+    DB["pg"] = url.rstrip("/")
+
+
+def _pg_base() -> tuple[str, str]:
+    base, _, prefix = DB["pg"].rpartition("/")
+    return base + "/", prefix or "nexopoll_bench"
+
+
+def _pg_admin(*statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_pg_base()[0] + "postgres", autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def pg_clone(template: str) -> str:
+    """A new database copied from ``template`` (CREATE DATABASE ... TEMPLATE)."""
+    name = f"{_pg_base()[1]}_{uuid.uuid4().hex[:8]}"
+    _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return name
+
+
+def pg_drop(name: str) -> None:
+    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def free_port() -> int:
@@ -85,15 +121,24 @@ class Proc(CeleryProc):
         assert self.proc is not None
         return tree_cpu(self.proc.pid)
 
+    def rss(self) -> list[float]:
+        """Resident MB of the main process and of each live child (pool processes)."""
+        assert self.proc is not None
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [p.memory_info().rss / 2**20 for p in [root, *root.children(recursive=True)]]
+        except psutil.NoSuchProcess:
+            return []
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
 
-def worker_args(concurrency: int, name: str, include: str = "") -> list[str]:
+def worker_args(concurrency: int, name: str, include: str = "", pool: str = "prefork") -> list[str]:
     args = [
         "worker",
         "-P",
-        "prefork",
+        pool,
         "-c",
         str(concurrency),
         "-Q",
@@ -116,16 +161,20 @@ def beat_args(scheduler: str, workdir: Path) -> list[str]:
 class Stack:
     """One private Redis + one SQLite DB (copied from a migrated template) + processes."""
 
-    def __init__(self, template_db: Path, **env_extra: str) -> None:
+    def __init__(self, template_db: Path | str, **env_extra: str) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="nexopoll-bench-"))
         self.db = self.dir / "db.sqlite3"
-        shutil.copy(template_db, self.db)
+        self.pg = ""
+        if isinstance(template_db, str):  # a PostgreSQL template database
+            self.pg = pg_clone(template_db)
+            url = _pg_base()[0] + self.pg
+        else:
+            shutil.copy(template_db, self.db)
+            url = f"sqlite:///{self.db}"
         self.config = self.dir / "pollers.yaml"
         self.redis = RedisServer(free_port())
         self.redis.start()
-        self.env = stack_env(
-            self.redis.url, f"sqlite:///{self.db}", str(self.config), **{**PRODUCT_ENV, **env_extra}
-        )
+        self.env = stack_env(self.redis.url, url, str(self.config), **{**PRODUCT_ENV, **env_extra})
         self.procs: list[Proc] = []
         self._app: Celery | None = None
 
@@ -146,21 +195,36 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stderr[-3000:]}")
         return out.stdout
 
-    def load_jobs(self, n: int, every: float) -> float:
-        """Write n noop jobs every ``every`` s (jitter = one interval) and reload; return secs."""
+    def load_jobs(self, n: int, every: float, url: str = "", limits: dict | None = None) -> float:
+        """Write n noop jobs every ``every`` s (jitter = one interval) and reload; return secs.
+
+        With ``url``: ``webhook_poll`` jobs polling ``<url>/<job id>`` instead, with
+        ``limits`` as their ``host_limits`` (all on one host: 127.0.0.1)."""
+
+        def config(i: int) -> dict:
+            if not url:
+                return {}
+            return {
+                "url": f"{url}/{job_id(i)}",
+                "items_path": "",
+                "deliver": {"channel": "log", "to": "bench"},
+                "allow_private_networks": True,
+            }
+
         jobs = [
             {
                 "id": job_id(i),
-                "kind": "noop",
+                "kind": "webhook_poll" if url else "noop",
                 "agent": "bench",
                 "schedule": {"every_secs": every},
-                "config": {},
+                "config": config(i),
+                **({"host_limits": dict(limits)} if url and limits else {}),
             }
             for i in range(n)
         ]
         doc = {
             "pollers": {"default_jitter_ms": int(every * 1000), "jobs": jobs},
-            "agents": {"bench": {}},
+            "agents": {"bench": {"log": {}}},
         }
         self.config.write_text(yaml.safe_dump(doc, sort_keys=False))
         started = time.monotonic()
@@ -192,12 +256,27 @@ class Stack:
         return int(self.r.hlen("unacked"))
 
     def sql(self, query: str) -> list[tuple]:
+        if self.pg:
+            import psycopg
+
+            with psycopg.connect(_pg_base()[0] + self.pg, autocommit=True) as conn:
+                return conn.execute(query).fetchall()
         with sqlite3.connect(self.db, timeout=30) as conn:
             return conn.execute(query).fetchall()
+
+    def snapshot(self, name: str) -> Path | str:
+        """A copy of this stack's DB as it is now (a template for later stacks)."""
+        if self.pg:
+            return pg_clone(self.pg)
+        path = Path(tempfile.gettempdir()) / f"nexopoll-bench-{name}-{uuid.uuid4().hex[:6]}.db"
+        path.write_bytes(self.db.read_bytes())
+        return path
 
     def close(self) -> None:
         for proc in reversed(self.procs):
             proc.stop(timeout=15)
+        if self.pg:
+            pg_drop(self.pg)
         self.redis.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.redis.dir, ignore_errors=True)
@@ -207,10 +286,18 @@ def job_id(i: int) -> str:
     return f"b{i:06d}"
 
 
-def migrated_template() -> Path:
-    """Migrate one SQLite file; every stack starts from a copy of it."""
-    path = Path(tempfile.mkdtemp(prefix="nexopoll-bench-tpl-")) / "template.sqlite3"
-    env = stack_env("redis://127.0.0.1:1/0", f"sqlite:///{path}", "/none.yaml", **PRODUCT_ENV)
+def migrated_template() -> Path | str:
+    """Migrate one SQLite file (or PostgreSQL database); every stack starts from a copy."""
+    if DB["pg"]:
+        base, prefix = _pg_base()
+        name = f"{prefix}_tpl"
+        pg_drop(name)
+        _pg_admin(f'CREATE DATABASE "{name}"')
+        url, path = base + name, name
+    else:
+        path = Path(tempfile.mkdtemp(prefix="nexopoll-bench-tpl-")) / "template.sqlite3"
+        url = f"sqlite:///{path}"
+    env = stack_env("redis://127.0.0.1:1/0", url, "/none.yaml", **PRODUCT_ENV)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],
         cwd=ROOT,

@@ -41,6 +41,8 @@ class PollJob(models.Model):
     breaker_threshold = models.IntegerField(default=5)
     alert_cooldown_secs = models.IntegerField(default=3600)
     lease_ttl_factor = models.FloatField(default=2.0)
+    # per-job override of the per-host politeness caps ({"in_flight": n, "per_sec": n})
+    host_limits = models.JSONField(null=True, blank=True)
     definition_hash = models.CharField(max_length=MAX_HASH)
     source_line = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

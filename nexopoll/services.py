@@ -15,6 +15,7 @@ from django.db import connection, transaction
 
 from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
 from nexopoll.core.schedule import next_slot, schedule_to_dict
+from nexopoll.core.yamlsrc import MAX_BYTES
 
 from .channels import binding_schemas
 from .models import Agent, PollJob, PollState
@@ -66,8 +67,8 @@ def load_file(*, now: datetime, path: Path | None = None) -> LoadedConfig:
     path = path or config_path()
     text = b""
     if path.exists():
-        with path.open("rb") as fh:  # the loader refuses > 1 MiB; never read a huge file whole
-            text = fh.read(2 * 1024 * 1024)
+        with path.open("rb") as fh:  # never read a huge file whole: one byte past the cap
+            text = fh.read(MAX_BYTES + 1)  # is enough for the loader to refuse it by size
     return load_config(
         text,
         source=str(path),
@@ -151,7 +152,8 @@ def _job_row(spec: Any, rhash: str, glob: dict[str, Any], now: datetime) -> Poll
         job_id=spec.id, kind=spec.kind, agent=spec.agent,
         schedule=schedule_to_dict(spec.schedule), jitter_ms=spec.jitter_ms, config=spec.config,
         failure_to=failure_to or None, paused_on_boot=spec.paused_on_boot, definition_hash=rhash,
-        source_line=spec.line, created_at=now, updated_at=now, **glob,
+        source_line=spec.line, created_at=now, updated_at=now, host_limits=spec.host_limits,
+        **glob,
     )  # fmt: skip
 
 

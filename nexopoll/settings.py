@@ -191,6 +191,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "nexopoll@localhost")
 
 # Crash cap: a tick whose worker died this many times in a row counts as failed.
 NEXOPOLL_MAX_CRASHES = env_int("NEXOPOLL_MAX_CRASHES", 3)
+# per-host politeness across all workers (0: no cap); a job's host_limits overrides them
+NEXOPOLL_HOST_MAX_IN_FLIGHT = env_int("NEXOPOLL_HOST_MAX_IN_FLIGHT", 16)
+NEXOPOLL_HOST_MAX_PER_SEC = env_int("NEXOPOLL_HOST_MAX_PER_SEC", 0)
 # Subprocess plugins: where their nexopoll-plugin.toml manifests live, the longest
 # stdout line accepted, which environment variables a plugin sees besides its
 # manifest's env, and the restart backoff of a long-lived plugin that died.

@@ -38,7 +38,9 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
-MAX_BYTES = 1024 * 1024
+# 100,000 real jobs (about 200-500 bytes each) fit; a file far past that is refused
+# before it is parsed (a YAML bomb is refused anyway: no anchors or aliases).
+MAX_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = 64
 
 Path = tuple[str | int, ...]

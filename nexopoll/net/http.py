@@ -43,10 +43,12 @@ header value.
 
 from __future__ import annotations
 
+import contextlib
 import http
 import http.client
 import json as jsonlib
 import time
+import urllib.parse
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -62,7 +64,7 @@ from nexopoll.core.ssrf import BlockedAddress
 
 from .decode import BoundedDecoder
 from .status import PermanentHTTPError, TransientHTTPError, classify_status, parse_retry_after
-from .transport import Resolver, current_budget, session_for
+from .transport import Resolver, current_budget, host_gate, session_for
 from .urls import InvalidURLError, checked_url, join_redirect, origin, redact
 
 __all__ = [
@@ -235,7 +237,10 @@ def fetch(
     try:
         for hop in range(max_redirects + 1):
             budget.label = redact(target)
-            with _send(session, method, target, send_headers, data, budget, connect_timeout) as r:
+            with (
+                _host_turn(target, budget),
+                _send(session, method, target, send_headers, data, budget, connect_timeout) as r,
+            ):
                 location = r.headers.get("Location") if r.status_code in _REDIRECTS else None
                 if not location or max_redirects == 0:
                     return _read(r, target, max_bytes, budget)
@@ -268,6 +273,14 @@ def fetch(
         current_budget.reset(token)
         if is_private_session:
             session.close()
+
+
+def _host_turn(url: str, budget: _Budget) -> contextlib.AbstractContextManager[Any]:
+    """The request's turn under the per-host caps the caller set (``host_gate``), if any."""
+    gate = host_gate.get()
+    if gate is None:
+        return contextlib.nullcontext()
+    return gate(urllib.parse.urlsplit(url).hostname or "", budget)
 
 
 def _send(

@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,6 +69,14 @@ class ReadBudget(Protocol):
 
 current_budget: contextvars.ContextVar[ReadBudget | None] = contextvars.ContextVar(
     "nexopoll_read_budget", default=None
+)
+
+HostGate = Callable[[str, ReadBudget], AbstractContextManager[Any]]
+"""``gate(host, budget)``: a context held around each request to ``host`` (its turn
+under a per-host cap); it waits while the host is busy, within ``budget``."""
+
+host_gate: contextvars.ContextVar[HostGate | None] = contextvars.ContextVar(
+    "nexopoll_host_gate", default=None
 )
 
 
@@ -320,7 +329,9 @@ def new_session(guard: Guard) -> requests.Session:
     session.headers["Accept-Encoding"] = "gzip, deflate"
     for prefix in list(session.adapters):
         session.adapters.pop(prefix).close()
-    adapter = GuardedAdapter(guard)
+    # Shared by every thread of a worker (-P threads): urllib3's pools are thread-safe;
+    # keep as many idle connections per host as threads may have in flight, for many hosts.
+    adapter = GuardedAdapter(guard, pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -337,6 +348,8 @@ class _NoCookies(http.cookiejar.DefaultCookiePolicy):
 
 
 _NO_COOKIES = _NoCookies()
+POOL_HOSTS = int(os.environ.get("NEXOPOLL_HTTP_POOL_HOSTS", "200"))
+POOL_PER_HOST = int(os.environ.get("NEXOPOLL_HTTP_POOL_PER_HOST", "64"))
 _shared: dict[bool, requests.Session] = {}
 _shared_lock = threading.Lock()
 

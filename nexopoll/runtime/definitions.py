@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -50,6 +51,7 @@ class JobDef:
     lease_ttl_factor: float
     definition_hash: str
     agent_bindings: dict[str, Any] = field(default_factory=dict)
+    host_limits: dict[str, int] | None = None  # overrides the per-host politeness caps
 
     @cached_property
     def offset(self) -> timedelta:
@@ -114,27 +116,33 @@ def from_row(job: PollJob, bindings: dict[str, Any]) -> JobDef:
         lease_ttl_factor=job.lease_ttl_factor,
         definition_hash=job.definition_hash,
         agent_bindings=bindings,
+        host_limits=job.host_limits,
     )
 
 
 _cache: dict[str, JobDef] = {}
+_warm = False  # this process bulk-loaded once
+_misses = 0  # cache misses since the last bulk load
 _bulk_loaded_at = float("-inf")
-# A worker meets every job sooner or later (ticks land on any worker), so a miss loads
-# all definitions in two queries rather than one job per tick: after a start or a
-# reload, 10,000 jobs cost one bulk load per process instead of 20,000 queries.
+_lock = threading.Lock()  # one bulk load at a time (-P threads); readers never wait
+# A worker meets every job sooner or later (ticks land on any worker), so the first miss
+# of a process loads all definitions in two queries rather than one job per tick. After
+# that a miss loads that job alone: a reload that replaced one job costs each worker one
+# small query, not a reload of every job. Only when misses pile up (a reload that
+# replaced many jobs: new globals, an agent's bindings) is a bulk load cheaper again.
+BULK_LOAD_MISSES = 1000
 BULK_LOAD_EVERY_SECS = 60.0
 
 
 def get(job_id: str, definition_hash: str) -> JobDef | None:
     """The job's definition for ``definition_hash``; None if the job is not defined."""
-    global _bulk_loaded_at
     cached = _cache.get(job_id)
     if cached is not None and cached.definition_hash == definition_hash:
         return cached
-    if time.monotonic() - _bulk_loaded_at > BULK_LOAD_EVERY_SECS:
-        _bulk_loaded_at = time.monotonic()
-        _cache.clear()
-        _cache.update((jd.job_id, jd) for jd in load_all())
+    if _bulk_due():
+        with _lock:
+            if not _warm or _misses >= BULK_LOAD_MISSES:  # not done by a thread just now
+                _bulk_load()
         cached = _cache.get(job_id)
         if cached is None or cached.definition_hash == definition_hash:
             return cached
@@ -144,6 +152,26 @@ def get(job_id: str, definition_hash: str) -> JobDef | None:
         return None
     _cache[job_id] = loaded[0]
     return loaded[0]
+
+
+def _bulk_due() -> bool:
+    global _misses
+    if not _warm:
+        return True
+    _misses += 1  # a lost update between threads only delays a bulk load a little
+    return _misses >= BULK_LOAD_MISSES and time.monotonic() - _bulk_loaded_at > BULK_LOAD_EVERY_SECS
+
+
+def _bulk_load() -> None:
+    global _cache, _warm, _misses, _bulk_loaded_at
+    _cache = {jd.job_id: jd for jd in load_all()}  # swapped whole: readers see old or new
+    _warm, _misses, _bulk_loaded_at = True, 0, time.monotonic()
+
+
+def forget() -> None:
+    """Drop the cache (tests; a process that must start cold)."""
+    global _cache, _warm, _misses
+    _cache, _warm, _misses = {}, False, 0
 
 
 def load_all(job_ids: list[str] | None = None) -> list[JobDef]:

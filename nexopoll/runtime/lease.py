@@ -3,6 +3,12 @@
 The lease only saves duplicate work; correctness comes from the DB fencing epoch.
 A key is never deleted or expired blind: a worker whose lease expired and was
 taken over cannot release or extend its successor's lease.
+
+Beside the lease sits the job's crash marker (``nexopoll:running:<job>``): taking the
+lease increments it in the same script (one round trip), releasing the lease deletes
+it in the same script. So its value, read when the lease is taken, counts the ticks
+that started since the last one that ended: ``started - 1`` of them died with their
+worker (or their lease expired under them), which is what the poison-tick cap counts.
 """
 
 from __future__ import annotations
@@ -11,14 +17,27 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.commands.core import Script
 
 KEY_PREFIX = "nexopoll:lease:"
+RUNNING_PREFIX = "nexopoll:running:"
+RUNNING_TTL_MS = 7 * 24 * 3600 * 1000  # a marker nobody ends is forgotten after a week
+
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local started = redis.call('incr', KEYS[2])
+    redis.call('pexpire', KEYS[2], ARGV[3])
+    return started
+end
+return 0
+"""
 
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
+    redis.call('del', KEYS[2])
     return redis.call('del', KEYS[1])
 end
 return 0
@@ -39,21 +58,34 @@ class Lease:
     job_id: str
     token: str
     ttl_ms: int
+    started: int = 1  # ticks started since the last one ended, this one included
 
     @property
     def key(self) -> str:
         return lease_key(self.job_id)
+
+    @property
+    def unfinished(self) -> int:
+        """Earlier ticks that took the lease and never released it (died, or lost it)."""
+        return self.started - 1
 
 
 def lease_key(job_id: str) -> str:
     return KEY_PREFIX + job_id
 
 
+def running_key(job_id: str) -> str:
+    return RUNNING_PREFIX + job_id
+
+
 def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
-    """Take the job's lease for ``ttl_ms``, or return None when another tick holds it."""
+    """Take the job's lease for ``ttl_ms`` (and count the start on its crash marker), or
+    return None when another tick holds it."""
     token = f"{_HOLDER}:{secrets.token_hex(8)}"
-    if client.set(lease_key(job_id), token, nx=True, px=ttl_ms):
-        return Lease(job_id, token, ttl_ms)
+    keys = [lease_key(job_id), running_key(job_id)]
+    started = int(_script(client, _ACQUIRE)(keys=keys, args=[token, ttl_ms, RUNNING_TTL_MS]))
+    if started:
+        return Lease(job_id, token, ttl_ms, started)
     return None
 
 
@@ -63,13 +95,16 @@ def extend(client: redis.Redis, lease: Lease) -> bool:
 
 
 def release(client: redis.Redis, lease: Lease) -> bool:
-    """Drop the lease if it is still ours; False if it expired or was taken over."""
-    return bool(_script(client, _RELEASE)(keys=[lease.key], args=[lease.token]))
+    """Drop the lease and the crash marker if the lease is still ours; False if it expired
+    or was taken over (then both belong to the tick that took it over)."""
+    keys = [lease.key, running_key(lease.job_id)]
+    return bool(_script(client, _RELEASE)(keys=keys, args=[lease.token]))
 
 
 def release_in(client: redis.Redis, pipe: redis.client.Pipeline, lease: Lease) -> None:
     """Queue ``release(lease)`` on ``pipe`` (a pipeline of ``client``), by the script's SHA."""
-    _script(client, _RELEASE)(keys=[lease.key], args=[lease.token], client=pipe)
+    keys = [lease.key, running_key(lease.job_id)]
+    _script(client, _RELEASE)(keys=keys, args=[lease.token], client=pipe)
 
 
 _scripts: dict[tuple[int, str], Script] = {}
@@ -82,3 +117,12 @@ def _script(client: redis.Redis, source: str) -> Script:
     if script is None:
         script = _scripts[key] = client.register_script(source)
     return script
+
+
+def crashes(row: dict[str, Any], held: Lease | None) -> int:
+    """Consecutive ticks of the job that started and never ended (the poison-tick count):
+    the crash marker beside the lease, or a ``running_since`` left by a take-epoch tick."""
+    if held is None:
+        return 0
+    from_db = row["crash_count"] + 1 if row["running_since"] is not None else 0
+    return max(held.unfinished, from_db)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import pkgutil
+import threading
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from typing import Any
@@ -126,17 +127,22 @@ def _redis():
 
 
 _registry: Registry | None = None
+_registry_lock = threading.Lock()
 
 
 def get_registry() -> Registry:
-    """The process-wide registry, built once on first use."""
+    """The process-wide registry, built once on first use (by one thread of a
+    ``-P threads`` worker; the others wait for it)."""
     global _registry
-    if _registry is None:
-        from django.conf import settings
+    if _registry is not None:
+        return _registry
+    with _registry_lock:
+        if _registry is None:
+            from django.conf import settings
 
-        extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
-        _registry = build_registry(extra, settings.NEXOPOLL_PLUGINS_DIR)
-    return _registry
+            extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
+            _registry = build_registry(extra, settings.NEXOPOLL_PLUGINS_DIR)
+        return _registry
 
 
 def reset_registry() -> None:

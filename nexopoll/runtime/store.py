@@ -73,13 +73,19 @@ def load_state(job_id: str) -> dict[str, Any] | None:
 
 
 def take_epoch(job_id: str, seen_epoch: int, fields: dict[str, Any]) -> bool:
-    """``epoch = seen_epoch + 1`` (plus ``fields``) if nobody moved it since we read it."""
+    """``epoch = seen_epoch + 1`` (plus ``fields``) if nobody moved it since we read it.
+
+    Only ticks that must publish something before they poll take the epoch first (a
+    half-open breaker trial, a manual run): a scheduled tick's one write is its commit.
+    """
     return _update(job_id, seen_epoch, {"epoch": seen_epoch + 1, **fields}, {}) == 1
 
 
-def clear_running(job_id: str, epoch: int) -> None:
-    """Mark the tick holding ``epoch`` as no longer running (it ended without a commit)."""
-    _update(job_id, epoch, {"running_since": None}, {})
+def clear_running(job_id: str, epoch: int, expect: int | None = None) -> None:
+    """A tick ended without a commit: no longer running, and the epoch moves to its own
+    ``epoch`` while it is still ``expect`` (the version it read; default ``epoch``)."""
+    _update(job_id, epoch if expect is None else expect,
+            {"running_since": None, "epoch": epoch}, {})  # fmt: skip
 
 
 def commit_tick(
@@ -88,22 +94,25 @@ def commit_tick(
     fields: dict[str, Any],
     increments: dict[str, int],
     deliveries: list[Delivery],
+    expect: int | None = None,
 ) -> None:
-    """Store the tick's state and its outbox rows together, only while ``epoch`` is current.
+    """Store the tick's state and its outbox rows together, only while the row's epoch is
+    still ``expect`` (the version the tick read; default ``epoch``, the one it took).
 
-    The commit also moves the epoch on, so a tick that read the row before this
-    commit can neither take the epoch nor commit after it.
+    The commit moves the epoch on to ``epoch + 1`` (always past ``expect``), so a tick
+    that read the row before this commit cannot commit after it.
 
     Raises:
-        Fenced: another tick took a newer epoch; nothing was written.
+        Fenced: the row changed since the tick read it; nothing was written.
     """
+    expect = epoch if expect is None else expect
     fields = {**fields, "epoch": epoch + 1}
     if not deliveries:  # one statement is atomic on its own
-        if _update(job_id, epoch, fields, increments) != 1:
+        if _update(job_id, expect, fields, increments) != 1:
             raise Fenced(job_id)
         return
     with transaction.atomic():
-        if _update(job_id, epoch, fields, increments) != 1:
+        if _update(job_id, expect, fields, increments) != 1:
             raise Fenced(job_id)
         Delivery.objects.bulk_create(deliveries)
 
@@ -117,9 +126,19 @@ def _update(job_id: str, epoch: int, fields: dict[str, Any], increments: dict[st
         return cur.rowcount
 
 
-def record_failure(job_id: str, epoch: int, fields: dict[str, Any]) -> bool:
-    """Write ``fields`` (an error, no epoch move) while ``epoch`` is still the tick's own."""
-    return _update(job_id, epoch, {"running_since": None, **fields}, {}) == 1
+def changed(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` less the state columns that already hold that value (an unchanged poll
+    rewrites no cursor, no health): the one UPDATE carries only what moved."""
+    return {k: v for k, v in fields.items() if k not in row or row[k] != v}
+
+
+def record_failure(
+    job_id: str, epoch: int, fields: dict[str, Any], expect: int | None = None
+) -> bool:
+    """Write ``fields`` (an error) while the row's epoch is still ``expect`` (default
+    ``epoch``); the epoch moves to the tick's own ``epoch``."""
+    return _update(job_id, epoch if expect is None else expect,
+                   {"running_since": None, "epoch": epoch, **fields}, {}) == 1  # fmt: skip
 
 
 # --- DB errors ----------------------------------------------------------------

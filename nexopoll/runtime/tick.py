@@ -1,13 +1,16 @@
 """One tick, end to end (DESIGN.md "A tick, end to end").
 
-lease → read state → decide whether to run → take the fencing epoch (compare and
-swap on the epoch read) → poller.tick under a deadline → decide (pure) → one
-transaction: state + outbox rows WHERE epoch = mine, which also moves the epoch on
-→ enqueue deliveries → release the lease.
+lease (and its crash marker, one Redis round trip) → read state and its version (the
+epoch) → decide whether to run → poller.tick under a deadline → decide (pure) → one
+transaction: state + outbox rows WHERE epoch = the version read, which also moves the
+epoch on → enqueue deliveries → release the lease (and the crash marker).
 
-Every write to the state row moves the epoch, so a tick that read the row before
-another tick committed can neither take the epoch nor commit: it never polls from
-a stale cursor, and a zombie whose lease was taken over commits nothing.
+Optimistic concurrency: a scheduled tick writes the state row once, at its commit.
+Every write to the state row moves the epoch forward, so a tick that read the row
+before another tick (or an operator) wrote it cannot commit: a zombie whose lease was
+taken over, or a stale reader, commits nothing. A half-open breaker trial and a manual
+run still take the epoch before polling (the trial marker must be visible to every
+worker while the trial runs).
 """
 
 from __future__ import annotations
@@ -28,9 +31,20 @@ from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, 
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
 from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
+from nexopoll.net.transport import host_gate
 
 from ..models import Delivery
-from . import definitions, history, lease, logredact, metricstore, pacing, store, tickfail
+from . import (
+    definitions,
+    history,
+    lease,
+    logredact,
+    metricstore,
+    pacing,
+    politeness,
+    store,
+    tickfail,
+)  # fmt: skip
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
 from .redis import get_redis
@@ -79,6 +93,7 @@ class _Tick:
     now: datetime
     held: lease.Lease | None
     next_slot_at: datetime | None
+    expect: int  # the row's epoch the commit compares and swaps on
 
 
 def tick_job(
@@ -163,27 +178,32 @@ def _run(
     if not manual and not may_tick(health, now=now, policy=policy.breaker):
         return _skipped(job_id, "breaker open")
     start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
-    # A scheduled tick that started and never finished while nobody held the lease
-    # died with its worker (every other way out clears running_since).
-    crashed = row["running_since"] is not None and not manual
-    t = _Tick(job, row, start, policy, row["epoch"] + 1,
-              row["crash_count"] + 1 if crashed else 0, now, held,
-              next_slot(job.schedule, after=now, offset=job.offset))  # fmt: skip
+    trial = start_tick(health, now=now).trial_started_at
+    # the tick's epoch: past the version read, and past every tick that took the lease
+    # since the last one ended (ticks racing from the same read label their rows apart)
+    read = row["epoch"]
+    epoch = read + (held.started if held is not None else 1)
+    t = _Tick(job, row, start, policy, epoch, lease.crashes(row, held), now, held,
+              next_slot(job.schedule, after=now, offset=job.offset), read)  # fmt: skip
     if dry_run:
         return _execute(t)[0]
-    started = {"last_started_at": now, "crash_count": t.crash_count,
-               "running_since": None if manual else now,
-               "breaker_trial_at": start_tick(health, now=now).trial_started_at}  # fmt: skip
-    if not store.take_epoch(job_id, row["epoch"], started):
-        return _skipped(job_id, "another tick took the epoch")
+    if manual or trial != health.trial_started_at:
+        # a manual run, or a half-open trial whose marker every worker must see while
+        # it runs: take the epoch first (the old two-write protocol, for these alone)
+        started = {"last_started_at": now, "crash_count": t.crash_count,
+                   "running_since": None if manual else now, "breaker_trial_at": trial}  # fmt: skip
+        if not store.take_epoch(job_id, read, started):
+            return _skipped(job_id, "another tick took the epoch")
+        t.epoch = t.expect = read + 1
+        t.row = {**row, **started}  # what the commit compares its fields with
     report = TickReport(job_id, "fenced", epoch=t.epoch)
     try:
         report = _finish(t, *_execute(t))
     finally:
         if not report.committed and not manual:
-            _clear_running(job_id, t.epoch)
+            tickfail.clear_running(t)
         report.start_cursor = row["cursor"]
-        report.takeover = crashed
+        report.takeover = t.crash_count > 0  # took over from a tick that never ended
     return report
 
 
@@ -242,6 +262,7 @@ def _finish(
             fields[name] = redact(fields[name], secrets)
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
+    fields["last_started_at"] = t.now
     held = t.held
     if held is not None and latency_ms > held.ttl_ms / 2 and not tickfail.extended(held):
         log.warning("lease.lost job=%s epoch=%s: not committing", job_id, t.epoch)
@@ -286,7 +307,11 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
         cancel=CancelToken(deadline=time.monotonic() + timeout),
         host=host,
     )
-    ack = poller.tick(ctx)
+    polite = host_gate.set(politeness.gate_for(job.host_limits))  # per-host caps, this thread
+    try:
+        ack = poller.tick(ctx)
+    finally:
+        host_gate.reset(polite)
     if not isinstance(ack, TickAck):
         raise TypeError(f"poller {job.kind!r} returned {type(ack).__name__}, not TickAck")
     return ack
@@ -363,19 +388,10 @@ def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
         "items_seen_total": report.items_seen,
         "items_dispatched_total": report.items_dispatched,
     }
-    store.commit_tick(t.job.job_id, t.epoch, fields, increments, rows)
+    store.commit_tick(
+        t.job.job_id, t.epoch, store.changed(t.row, fields), increments, rows, t.expect
+    )
     report.delivery_ids = [str(r.id) for r in rows]
-
-
-def _clear_running(job_id: str, epoch: int) -> None:
-    """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
-    try:
-        store.clear_running(job_id, epoch)
-    except DatabaseError as exc:  # the DB is down or locked: the tick already said so
-        store.drop_if_unusable()
-        log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)
-    except Exception:
-        log.warning("tick.clear_running_failed job=%s", job_id, exc_info=True)
 
 
 def enqueue_deliveries(ids: list[str]) -> None:

@@ -57,7 +57,7 @@ def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.Ti
         report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
         report.error = redact(report.error, secrets)
         failed = {"last_status": "transient", "last_error": report.error, "updated_at": t.now}
-        best_effort(lambda: store.record_failure(job_id, t.epoch, failed))
+        best_effort(lambda: store.record_failure(job_id, t.epoch, failed, t.expect))
         return report
     store.drop_if_unusable()
     message = redact(f"the database refused the tick's commit: {tick._describe(exc)}", secrets)
@@ -97,3 +97,15 @@ def best_effort(write) -> bool:
         log.warning("tick.record_failed: %s", type(exc).__name__)
         return False
     return True
+
+
+def clear_running(t: tick._Tick) -> None:
+    """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
+    job_id = t.job.job_id
+    try:
+        store.clear_running(job_id, t.epoch, t.expect)
+    except DatabaseError as exc:  # the DB is down or locked: the tick already said so
+        store.drop_if_unusable()
+        log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)
+    except Exception:
+        log.warning("tick.clear_running_failed job=%s", job_id, exc_info=True)

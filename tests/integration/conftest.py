@@ -68,8 +68,11 @@ class Stack:
         env = {**self.env_extra, **extra}
         return stack_env(self.redis_url, database_url(), str(self.config), **env)
 
-    def worker(self, name: str = "w1", prefix: list[str] | None = None, **env: str) -> CeleryProc:
-        proc = CeleryProc("worker", self.env(**env), name, prefix=prefix).start()
+    def worker(
+        self, name: str = "w1", prefix: list[str] | None = None, extra: tuple[str, ...] = (),
+        **env: str,
+    ) -> CeleryProc:  # fmt: skip
+        proc = CeleryProc("worker", self.env(**env), name, extra, prefix=prefix).start()
         self.procs.append(proc)
         return proc
 

@@ -97,7 +97,7 @@ def load_config(
     """Parse and validate a ``pollers.yaml`` text.
 
     Args:
-        text: The file content (at most 1 MiB).
+        text: The file content (at most 64 MiB).
         source: File name used in messages (``config/pollers.yaml``).
         env: Environment used to check and expand ``${VAR}`` references.
         now: Current aware time, used to reject cron expressions that never fire.

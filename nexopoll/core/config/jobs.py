@@ -185,9 +185,13 @@ class JobLoader:
     ) -> JobSpec:
         target = model.failure_to
         failure_to = None if target is None else DeliverTarget(target.channel, target.to)
+        limits = None
+        if model.host_limits is not None:
+            limits = model.host_limits.model_dump(exclude_none=True) or None
         digest = definition_hash(
-            model.kind, model.agent, schedule, jitter, config, failure_to, model.paused_on_boot
-        )
+            model.kind, model.agent, schedule, jitter, config, failure_to, model.paused_on_boot,
+            limits,
+        )  # fmt: skip
         return JobSpec(
             id=job_id,
             kind=model.kind,
@@ -199,6 +203,7 @@ class JobLoader:
             paused_on_boot=model.paused_on_boot,
             line=self.doc.line_of(("pollers", "jobs", index)),
             definition_hash=digest,
+            host_limits=limits,
         )
 
     def _unknown_kind(self, kind: str) -> str:

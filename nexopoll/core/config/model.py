@@ -20,7 +20,7 @@ from ..limits import CHANNEL_RE, MAX_RECIPIENT, is_name, must_match, unsafe_char
 from ..schedule import SCHEDULE_FIELDS, Schedule, schedule_to_dict
 from ..yamlsrc import Path
 
-MAX_JOBS = 10_000
+MAX_JOBS = 100_000
 MAX_JITTER_MS = 86_400_000
 
 _CANONICAL_JSON = json.JSONEncoder(
@@ -80,6 +80,7 @@ class JobSpec:
     paused_on_boot: bool
     line: int | None
     definition_hash: str
+    host_limits: dict[str, int] | None = None  # per-job override of the per-host caps
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,18 @@ class DeliverTargetModel(BaseModel):
 
 FailureToModel = DeliverTargetModel
 
+MAX_HOST_IN_FLIGHT = 10_000
+MAX_HOST_PER_SEC = 100_000
+
+
+class HostLimitsModel(BaseModel):
+    """Per-host politeness for one job's fetches: requests in flight to one host at once
+    and requests per second to it, across every worker (0: no cap)."""
+
+    model_config = STRICT
+    in_flight: int | None = Field(default=None, ge=0, le=MAX_HOST_IN_FLIGHT)
+    per_sec: int | None = Field(default=None, ge=0, le=MAX_HOST_PER_SEC)
+
 
 class JobModel(BaseModel):
     model_config = STRICT
@@ -192,10 +205,12 @@ class JobModel(BaseModel):
     config: dict[str, Any] | None = None
     failure_to: FailureToModel | None = None
     paused_on_boot: bool = False
+    host_limits: HostLimitsModel | None = None
 
 
 JOB_FIELDS: dict[Path, list[str]] = {
     (): sorted(JobModel.model_fields),
+    ("host_limits",): sorted(HostLimitsModel.model_fields),
     ("schedule",): sorted([*SCHEDULE_FIELDS, "stagger_jitter_ms"]),
     ("failure_to",): sorted(FailureToModel.model_fields),
 }
@@ -227,6 +242,7 @@ def definition_hash(
     config: dict[str, Any],
     failure_to: DeliverTarget | None,
     paused_on_boot: bool,
+    host_limits: dict[str, int] | None = None,
 ) -> str:
     """sha256 hex of a canonical JSON of a job definition; key order does not matter."""
     payload = {
@@ -240,5 +256,7 @@ def definition_hash(
         else {"channel": failure_to.channel, "to": failure_to.to},
         "paused_on_boot": paused_on_boot,
     }
+    if host_limits:  # absent from the hash when unset: existing jobs keep their hashes
+        payload["host_limits"] = host_limits
     canonical = _CANONICAL_JSON.encode(payload)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -1,0 +1,96 @@
+"""Per-host politeness across every worker (Redis): requests in flight to one host at
+once, and requests per second to it.
+
+A tick's fetches go through :func:`gate` (set for the poller's call, see
+``tick._call_poller``): before each request the worker takes a turn on the host, in one
+Lua script that drops holders past their lease (a worker that died mid-request), then
+admits the request if fewer than ``in_flight`` hold the host and fewer than ``per_sec``
+started in this second (Redis's own clock, so worker clocks do not matter). A request
+that finds the host busy waits (polling every few ms, within the fetch's deadline):
+that is lag, not an error; only a deadline that runs out fails the fetch, as a slow
+host would. The turn ends when the response was read.
+
+Defaults: ``NEXOPOLL_HOST_MAX_IN_FLIGHT`` (16) and ``NEXOPOLL_HOST_MAX_PER_SEC`` (0:
+no cap); a job's ``host_limits: {in_flight: N, per_sec: N}`` overrides them for its
+own requests (0: no cap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+
+from .lease import _script
+from .redis import get_redis
+
+PREFIX = "nexopoll:host:"
+_WAIT_MIN, _WAIT_MAX = 0.005, 0.1  # seconds between tries while the host is busy
+
+# KEYS: in-flight zset, rate key prefix. ARGV: token, lease ms, in_flight cap, per_sec cap
+_TAKE = """
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cap, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+if cap > 0 and redis.call('zcard', KEYS[1]) >= cap then return 0 end
+local second = KEYS[2] .. t[1]
+if rate > 0 then
+    if tonumber(redis.call('get', second) or '0') >= rate then return 0 end
+    redis.call('incr', second)
+    redis.call('pexpire', second, 2000)
+end
+if cap > 0 then
+    redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+    redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 1
+"""
+
+
+def limits(override: dict[str, int] | None) -> tuple[int, int]:
+    """(in_flight, per_sec) for a job: its override, else the defaults (0: no cap)."""
+    o = override or {}
+    in_flight = o.get("in_flight", settings.NEXOPOLL_HOST_MAX_IN_FLIGHT)
+    per_sec = o.get("per_sec", settings.NEXOPOLL_HOST_MAX_PER_SEC)
+    return int(in_flight), int(per_sec)
+
+
+def gate_for(override: dict[str, int] | None):
+    """A ``nexopoll.net.transport.HostGate`` with a job's caps, or None when uncapped."""
+    in_flight, per_sec = limits(override)
+    if in_flight <= 0 and per_sec <= 0:
+        return None
+
+    def gate(host: str, budget: Any) -> contextlib.AbstractContextManager[None]:
+        return turn(host, budget, in_flight=in_flight, per_sec=per_sec)
+
+    return gate
+
+
+@contextlib.contextmanager
+def turn(host: str, budget: Any, *, in_flight: int, per_sec: int) -> Iterator[None]:
+    """Hold one of ``host``'s turns for the block; wait for it within ``budget``."""
+    client = get_redis()
+    key = PREFIX + host
+    token = secrets.token_hex(8)
+    # a holder that died keeps its turn until the longest a request may take
+    lease_ms = int(max(budget.remaining(), 1.0) * 1000) + 1000
+    wait = _WAIT_MIN
+    take = _script(client, _TAKE)
+    while not take(keys=[key, key + ":s:"], args=[token, lease_ms, in_flight, per_sec]):
+        left = budget.check()  # raises when the deadline passed or the tick was cancelled
+        time.sleep(min(wait, left))
+        wait = min(wait * 2, _WAIT_MAX)
+    try:
+        yield
+    finally:
+        if in_flight > 0:
+            try:
+                client.zrem(key, token)
+            except Exception:  # the turn expires with its lease
+                pass
