@@ -56,6 +56,7 @@ from redbeat.schedulers import RedBeatSchedulerEntry
 
 from nexopoll.core.schedule import EverySchedule, stagger_offset
 
+from . import io
 from .io import part_io, part_polite
 from .noop import TICKS_KEY
 from .plot import histogram, load, machine
@@ -77,6 +78,7 @@ from .stack import (
 RESULTS = Path(__file__).resolve().parent / "results"
 SYNCED = "nexopoll:redbeat:nexopoll:synced"  # beat writes it once it mirrored the DB
 ROUNDS = 3  # worker part: ticks per job
+PARTS = "worker,beat,lag,io,polite"
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/nexopoll_bench"
 
 
@@ -321,7 +323,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--intervals", default="60,10", help="intervals, s (first: beat part)")
     p.add_argument("--duration", type=float, default=60.0, help="measurement window, s")
     p.add_argument("--messages", type=int, default=3000, help="M for the worker part")
-    p.add_argument("--parts", default="worker,beat,lag,io,polite")
+    p.add_argument("--parts", default=PARTS)
     p.add_argument("--concurrency", type=int, default=1, help="worker part: prefork -c")
     p.add_argument("--db", default="sqlite", help="sqlite, or postgres[://URL/prefix]")
     p.add_argument("--io-jobs", type=int, default=10000, help="io part: webhook_poll jobs")
@@ -330,12 +332,15 @@ def parse() -> argparse.Namespace:
     p.add_argument("--big-jobs", type=int, default=100_000, help="big part: noop jobs / 600 s")
     p.add_argument("--delay-ms", type=int, default=200, help="io part: server answer delay")
     p.add_argument(
-        "--quick", action="store_true", help="jobs 1000, interval 10, 30 s windows, M=1000"
+        "--quick", action="store_true", help="no beat part, jobs 1000 every 10 s, 15 s windows"
     )
     args = p.parse_args()
-    if args.quick:
-        args.jobs, args.intervals, args.duration, args.messages = "1000", "10", 30.0, 1000
+    if args.quick:  # about 2 minutes: no beat part, 15 s windows, warm-ups of at most 10 s
+        args.jobs, args.intervals, args.duration, args.messages = "1000", "10", 15.0, 1000
         args.io_jobs, args.io_every = 1000, 10.0
+        if args.parts == PARTS:
+            args.parts = "worker,lag,io,polite"
+        io.WARM_CAP = 10.0
     if args.db.startswith("postgres"):
         use_postgres(args.db if "://" in args.db else PG_DEFAULT)
     return args
