@@ -23,35 +23,23 @@ from . import display
 from .filters import BreakerFilter, FailingFilter, PausedFilter
 from .models import Job
 from .outbox_admin import OutboxAdmin  # noqa: F401  (registers the deliveries admin)
+from .readonly import RuntimeOwnedAdmin
 from .reload_view import reload_view
 
 OPERATE = "admin_ext.operate_job"
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(RuntimeOwnedAdmin):
     list_display = (
         "job_id", "kind", "agent", "schedule_col", "paused_col", "status_col", "error_col",
         "errors_col", "breaker_col", "last_run_col", "next_run_col", "seen_col", "dispatched_col",
     )  # fmt: skip
     list_filter = (PausedFilter, BreakerFilter, FailingFilter, "kind", "agent")
     search_fields = ("job_id",)
-    list_per_page = 100
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
     actions = ("pause", "resume", "reset", "run_now", "dry_run")
     change_form_template = "admin_ext/job_detail.html"
     change_list_template = "admin_ext/job_changelist.html"
-
-    # --- the YAML owns definitions --------------------------------------------------
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(OPERATE)

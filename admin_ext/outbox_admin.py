@@ -11,33 +11,22 @@ from nexopoll import services
 
 from . import display
 from .models import OutboxRow
+from .readonly import RuntimeOwnedAdmin
 
 
 @admin.register(OutboxRow)
-class OutboxAdmin(admin.ModelAdmin):
+class OutboxAdmin(RuntimeOwnedAdmin):
     list_display = (
         "id", "job_id", "purpose", "channel", "recipient", "status", "attempts",
         "next_attempt_at", "created_at", "sent_at", "error_col",
     )  # fmt: skip
     list_filter = ("status", "channel", "purpose")
     search_fields = ("=job_id", "=id")
-    list_per_page = 100
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
     actions = ("redeliver",)
     readonly_fields = (
         "id", "job_id", "agent", "epoch", "purpose", "channel", "recipient", "payload", "status",
         "attempts", "next_attempt_at", "claimed_until", "last_error", "created_at", "sent_at",
     )  # fmt: skip
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
 
     def has_redeliver_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("admin_ext.redeliver")
