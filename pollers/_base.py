@@ -3,12 +3,13 @@ turning pydantic's errors into one :class:`ConfigError` that names the field."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from nexopoll.core.contract import Poller
 from nexopoll.core.errors import ConfigError
+from nexopoll.core.templates import TemplateError, check_template
 
 
 def config_error(exc: ValidationError) -> ConfigError:
@@ -41,3 +42,15 @@ class ConfiguredPoller(Poller):
 
     def validate(self, config: dict[str, Any]) -> None:
         self.parse_config(config)
+
+
+def _checked_template(value: str) -> str:
+    try:
+        check_template(value)
+    except TemplateError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+# A message template, checked at load (unknown syntax, non-ASCII indexes…).
+TemplateStr = Annotated[str, AfterValidator(_checked_template)]

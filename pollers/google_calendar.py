@@ -37,14 +37,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexopoll.core.contract import PollContext, TickAck
 from nexopoll.core.errors import PermanentError
-from nexopoll.core.templates import TemplateError, check_template, render
+from nexopoll.core.templates import render
 
 from . import _google
-from ._base import ConfiguredPoller
+from ._base import ConfiguredPoller, TemplateStr
 from .webhook_poll import DeliverTarget
 
 CURSOR_VERSION = 1
@@ -58,19 +58,10 @@ class GoogleCalendarConfig(BaseModel):
 
     calendar_id: str = Field("primary", min_length=1, max_length=1024)
     skip_cancelled: bool = True
-    message_template: str = DEFAULT_TEMPLATE
+    message_template: TemplateStr = DEFAULT_TEMPLATE
     max_per_tick: int = Field(50, ge=1, le=1000)
     max_pages: int = Field(20, ge=1, le=200)
     deliver: DeliverTarget
-
-    @field_validator("message_template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        try:
-            check_template(value)
-        except TemplateError as exc:
-            raise ValueError(str(exc)) from None
-        return value
 
 
 class SyncCursor(BaseModel):

@@ -7,7 +7,6 @@ stays on for everything else.
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from datetime import timedelta
@@ -19,7 +18,8 @@ from nexopoll.net import http
 from pollers import BUILTINS
 from pollers.rss import MAX_FEED_ENTRIES, RssConfig, RssCursor, RssPoller, remember, ring_capacity
 from pollers.rss_feed import MalformedFeedError, parse_feed
-from tests.support.fakes import FakeHost, FakeResolver, make_context
+from tests.pollers.conftest import guarded_fetch
+from tests.support.fakes import FakeHost, make_context
 from tests.support.httpserver import TestHTTPServer, drip, reply
 
 from .rss_fixtures import FEEDS, FeedSite, fixture, rss
@@ -28,16 +28,8 @@ HOST = "feeds.example.test"
 
 
 @pytest.fixture
-def srv():
-    with TestHTTPServer() as server:
-        yield server
-
-
-@pytest.fixture
 def poller(srv) -> RssPoller:
-    fetch = functools.partial(
-        http.fetch, resolver=FakeResolver({HOST: ["127.0.0.1"]}), allow_addresses=[srv.address]
-    )
+    fetch = guarded_fetch(srv, HOST)
     return RssPoller(fetch=fetch)
 
 

@@ -5,19 +5,18 @@ public DOCTYPE passes; the quadratic blow-up is contained."""
 from __future__ import annotations
 
 import codecs
-import functools
 import time
 import tracemalloc
 
 import pytest
 
 from nexopoll.core.errors import PermanentError
-from nexopoll.net import http
 from pollers._xmlguard import HostileFeedError, check, decode, root_start, sanitize
 from pollers.rss import RssPoller
 from pollers.rss_feed import parse_feed
-from tests.support.fakes import FakeHost, FakeResolver, make_context
-from tests.support.httpserver import TestHTTPServer, reply
+from tests.pollers.conftest import guarded_fetch
+from tests.support.fakes import FakeHost, make_context
+from tests.support.httpserver import reply
 
 from .rss_fixtures import fixture
 
@@ -172,12 +171,6 @@ def test_the_quadratic_blow_up_is_refused_fast_and_small() -> None:
     assert elapsed < 1.0 and peak < 5 * 1024 * 1024
 
 
-@pytest.fixture
-def srv():
-    with TestHTTPServer() as server:
-        yield server
-
-
 @pytest.mark.parametrize("name", ["laughs", "quadratic", "xxe"])
 def test_a_hostile_feed_pauses_the_job_and_delivers_nothing(srv, name) -> None:
     docs = {
@@ -187,9 +180,7 @@ def test_a_hostile_feed_pauses_the_job_and_delivers_nothing(srv, name) -> None:
         b"<channel><item><guid>1</guid><title>&x;</title></item></channel></rss>",
     }
     srv.route("GET", "/feed.xml", reply(200, docs[name], {"Content-Type": "application/rss+xml"}))
-    fetch = functools.partial(
-        http.fetch, resolver=FakeResolver({HOST: ["127.0.0.1"]}), allow_addresses=[srv.address]
-    )
+    fetch = guarded_fetch(srv, HOST)
     host = FakeHost()
     cfg = {"feed_url": srv.url("/feed.xml", host=HOST), "deliver": {"channel": "log", "to": "x"}}
     with pytest.raises(PermanentError, match="feed refused"):

@@ -18,6 +18,7 @@ from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.net import http
 from pollers import BUILTINS
 from pollers.webhook_poll import WebhookPollPoller, decode_cursor, encode_cursor
+from tests.pollers.conftest import guarded_fetch
 from tests.support.fakes import FakeHost, FakeResolver, make_context
 from tests.support.httpserver import TestHTTPServer, json_reply, redirect, reply, stream_zeros
 
@@ -34,16 +35,8 @@ def issues(*keys: int) -> dict:
 
 
 @pytest.fixture
-def srv():
-    with TestHTTPServer() as server:
-        yield server
-
-
-@pytest.fixture
 def poller(srv) -> WebhookPollPoller:
-    fetch = functools.partial(
-        http.fetch, resolver=FakeResolver({HOST: ["127.0.0.1"]}), allow_addresses=[srv.address]
-    )
+    fetch = guarded_fetch(srv, HOST)
     return WebhookPollPoller(fetch=fetch)
 
 

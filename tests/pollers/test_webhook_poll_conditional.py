@@ -3,15 +3,14 @@ that answers 304 to a matching If-None-Match / If-Modified-Since."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
 
-from nexopoll.net import http
 from pollers.webhook_poll import WebhookPollPoller, decode_cursor, encode_cursor
 from pollers.webhook_seen import decode_validators
-from tests.support.fakes import FakeHost, FakeResolver, make_context
+from tests.pollers.conftest import guarded_fetch
+from tests.support.fakes import FakeHost, make_context
 from tests.support.httpserver import TestHTTPServer
 
 from .rss_fixtures import FeedSite
@@ -24,16 +23,8 @@ def listing(*ids: int) -> bytes:
 
 
 @pytest.fixture
-def srv():
-    with TestHTTPServer() as server:
-        yield server
-
-
-@pytest.fixture
 def poller(srv) -> WebhookPollPoller:
-    fetch = functools.partial(
-        http.fetch, resolver=FakeResolver({HOST: ["127.0.0.1"]}), allow_addresses=[srv.address]
-    )
+    fetch = guarded_fetch(srv, HOST)
     return WebhookPollPoller(fetch=fetch)
 
 

@@ -5,14 +5,12 @@ tests/runtime/test_webhook_poll_listing.py."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from nexopoll.core.errors import PermanentError
-from nexopoll.net import http
 from pollers.webhook_poll import WebhookPollPoller, decode_cursor, encode_cursor, remember
-from tests.support.fakes import FakeHost, FakeResolver, make_context
+from tests.pollers.conftest import guarded_fetch
+from tests.support.fakes import FakeHost, make_context
 from tests.support.httpserver import TestHTTPServer, json_reply
 
 HOST = "api.example.test"
@@ -20,16 +18,8 @@ HARD_CAP = 10_000
 
 
 @pytest.fixture
-def srv():
-    with TestHTTPServer() as server:
-        yield server
-
-
-@pytest.fixture
 def poller(srv) -> WebhookPollPoller:
-    fetch = functools.partial(
-        http.fetch, resolver=FakeResolver({HOST: ["127.0.0.1"]}), allow_addresses=[srv.address]
-    )
+    fetch = guarded_fetch(srv, HOST)
     return WebhookPollPoller(fetch=fetch)
 
 
