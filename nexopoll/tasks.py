@@ -7,7 +7,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from .runtime import delivery, outbox
+from .runtime import batch, delivery, outbox
 from .runtime.tick import tick_job
 
 DB_RETRIES = 6  # 0.5 + 1 + 2 + 4 + 8 + 16 s: then the next slot takes over
@@ -33,6 +33,18 @@ def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
         # so it is an absolute eta, not a countdown from now
         raise self.retry(eta=max(report.retry_at, timezone.now()))
     return report.status
+
+
+@shared_task(name="nexopoll.tick_batch", ignore_result=True)
+def tick_batch(jobs: list[list]) -> dict[str, int]:
+    """Scheduled ticks of many jobs that fell due together (beat's batched dispatch):
+    ``jobs`` is ``[[job_id, lease_ttl_ms], ...]``. Each job keeps its own lease, epoch,
+    commit and retry (runtime/batch.py); returns how many ended in each status."""
+    reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now)
+    counts: dict[str, int] = {}
+    for report in reports:
+        counts[report.status] = counts.get(report.status, 0) + 1
+    return counts
 
 
 @shared_task(name="nexopoll.deliver", ignore_result=True)

@@ -71,45 +71,73 @@ def record(
     client: redis.Redis,
     job_id: str,
     *,
-    at: datetime,
-    status: str,
-    ms: int | None,
-    seen: int = 0,
-    dispatched: int = 0,
-    error: str = "",
-    epoch: int | None = None,
-    start_cursor: bytes | None = None,
-    reason: str = "",
-    manual: bool = False,
     held: Lease | None = None,
     metrics: Callable[[redis.client.Pipeline], None] | None = None,
+    **entry: Any,
 ) -> None:
     """Append one entry (and release ``held``) in one pipelined round trip.
 
-    ``error`` must already be redacted: the runtime only stores masked errors.
-    ``metrics`` queues the tick's metric increments on the same pipeline.
+    ``entry`` holds ``Entry``'s fields; ``error`` must already be redacted (the runtime
+    only stores masked errors). ``metrics`` queues the tick's metric increments on the
+    same pipeline.
     """
+    record_many(client, [Entry(job_id, held=held, metrics=metrics, **entry)])
+
+
+@dataclass
+class Entry:
+    """One tick to append to its job's history (what ``record_many`` writes)."""
+
+    job_id: str
+    at: datetime
+    status: str
+    ms: int | None
+    seen: int = 0
+    dispatched: int = 0
+    error: str = ""
+    epoch: int | None = None
+    start_cursor: bytes | None = None
+    reason: str = ""
+    manual: bool = False
+    held: Lease | None = None  # released in the same round trip
+    metrics: Callable[[redis.client.Pipeline], None] | None = None
+
+
+def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None) -> list:
+    """Append a batch of ticks' entries, release their leases and queue their metrics in
+    one pipelined round trip (``pipe``: one the caller already queued commands on, whose
+    results come first in the returned list)."""
+    pipe = pipe if pipe is not None else client.pipeline(transaction=False)
+    lens: list[tuple[str, int]] = []
+    for e in entries_:
+        if e.held is not None:
+            release_in(client, pipe, e.held)
+        if e.metrics is not None:
+            e.metrics(pipe)
+        _queue(pipe, e)
+        lens.append((e.job_id, len(pipe) - 1))
+    results = pipe.execute(raise_on_error=False)
+    for job_id, at in lens:
+        if isinstance(results[at], int) and results[at] > HISTORY_LEN + 20:
+            _drop_orphan_cursors(client, job_id)
+    return results
+
+
+def _queue(pipe: Any, e: Entry) -> None:
     entry: dict[str, Any] = {
-        "at": at.timestamp(), "status": status, "ms": ms, "seen": seen, "dispatched": dispatched,
-        "error": error[:_ERROR_CHARS], "epoch": epoch, "reason": reason[:_ERROR_CHARS],
+        "at": e.at.timestamp(), "status": e.status, "ms": e.ms, "seen": e.seen,
+        "dispatched": e.dispatched, "error": e.error[:_ERROR_CHARS], "epoch": e.epoch,
+        "reason": e.reason[:_ERROR_CHARS],
     }  # fmt: skip
-    if manual:
+    if e.manual:
         entry["manual"] = True
-    pipe = client.pipeline(transaction=False)
-    if held is not None:
-        release_in(client, pipe, held)
-    if metrics is not None:
-        metrics(pipe)
-    if start_cursor is not None:
-        d = entry["c"] = digest(start_cursor)
-        pipe.hsetnx(cursors_key(job_id), d, base64.b64encode(start_cursor).decode())
-    pipe.incr(f"{list_key(job_id)}:n")
-    pipe.lpush(list_key(job_id), json.dumps(entry, separators=(",", ":")))
-    pipe.ltrim(list_key(job_id), 0, HISTORY_LEN - 1)
-    pipe.hlen(cursors_key(job_id))
-    hlen = pipe.execute(raise_on_error=False)[-1]
-    if isinstance(hlen, int) and hlen > HISTORY_LEN + 20:
-        _drop_orphan_cursors(client, job_id)
+    if e.start_cursor is not None:
+        d = entry["c"] = digest(e.start_cursor)
+        pipe.hsetnx(cursors_key(e.job_id), d, base64.b64encode(e.start_cursor).decode())
+    pipe.incr(f"{list_key(e.job_id)}:n")
+    pipe.lpush(list_key(e.job_id), json.dumps(entry, separators=(",", ":")))
+    pipe.ltrim(list_key(e.job_id), 0, HISTORY_LEN - 1)
+    pipe.hlen(cursors_key(e.job_id))  # last: record_many reads it
 
 
 def _drop_orphan_cursors(client: redis.Redis, job_id: str) -> None:

@@ -43,6 +43,18 @@ end
 return 0
 """
 
+# a lease taken and given back before its tick started: that start is not counted
+_HAND_BACK = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    redis.call('del', KEYS[1])
+    if redis.call('decr', KEYS[2]) <= 0 then
+        redis.call('del', KEYS[2])
+    end
+    return 1
+end
+return 0
+"""
+
 _EXTEND = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
     return redis.call('pexpire', KEYS[1], ARGV[2])
@@ -89,6 +101,23 @@ def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
     return None
 
 
+def try_acquire_many(client: redis.Redis, wanted: list[tuple[str, int]]) -> dict[str, Lease]:
+    """Take the leases of a batch of ``(job_id, ttl_ms)`` in one pipelined round trip;
+    return those taken, by job id (a job whose lease another tick holds is left out)."""
+    script = _script(client, _ACQUIRE)
+    tokens = [f"{_HOLDER}:{secrets.token_hex(8)}" for _ in wanted]
+    pipe = client.pipeline(transaction=False)
+    for (job_id, ttl_ms), token in zip(wanted, tokens, strict=True):
+        keys = [lease_key(job_id), running_key(job_id)]
+        script(keys=keys, args=[token, ttl_ms, RUNNING_TTL_MS], client=pipe)
+    started = pipe.execute()
+    return {
+        job_id: Lease(job_id, token, ttl_ms, int(n))
+        for (job_id, ttl_ms), token, n in zip(wanted, tokens, started, strict=True)
+        if int(n)
+    }
+
+
 def extend(client: redis.Redis, lease: Lease) -> bool:
     """Push the lease's expiry to ``ttl_ms`` from now; False if it is no longer ours."""
     return bool(_script(client, _EXTEND)(keys=[lease.key], args=[lease.token, lease.ttl_ms]))
@@ -105,6 +134,16 @@ def release_in(client: redis.Redis, pipe: redis.client.Pipeline, lease: Lease) -
     """Queue ``release(lease)`` on ``pipe`` (a pipeline of ``client``), by the script's SHA."""
     keys = [lease.key, running_key(lease.job_id)]
     _script(client, _RELEASE)(keys=keys, args=[lease.token], client=pipe)
+
+
+def hand_back_many(client: redis.Redis, leases: list[Lease]) -> None:
+    """Give back leases whose ticks never started (one round trip): each crash marker
+    keeps the count it had before the lease was taken."""
+    script = _script(client, _HAND_BACK)
+    pipe = client.pipeline(transaction=False)
+    for held in leases:
+        script(keys=[held.key, running_key(held.job_id)], args=[held.token], client=pipe)
+    pipe.execute()
 
 
 _scripts: dict[tuple[int, str], Script] = {}

@@ -188,6 +188,13 @@ def record_outcomes(outcomes: Mapping[str, str]) -> None:
     record_deliveries(get_redis(), pairs)
 
 
+def queue_skipped(pipe: Any, job_ids: Iterable[str]) -> None:
+    """Queue ``count_skipped`` for each of ``job_ids`` on ``pipe`` (a batch of ticks)."""
+    if enabled():
+        for job_id in job_ids:
+            pipe.hincrby(TICKS, f"{job_id}{SEP}skipped", 1)
+
+
 def count_skipped(job_id: str) -> None:
     """A tick that found the lease busy (it writes no history): one HINCRBY of its own."""
     from .redis import get_redis

@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 PERSISTENT = 2
+TICK_TASK = "nexopoll.tick"
+BATCH_TASK = "nexopoll.tick_batch"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,38 @@ class TickPublisher:
             reply_to=t.reply_to,
         )
         return task_id
+
+    def publish_batch(self, producer: Any, entries: list[Any], now: datetime) -> str:
+        """Send one ``nexopoll.tick_batch`` for ``entries`` (each a job's tick entry, see
+        ``batchable``); it expires with the soonest of theirs. Return its task id."""
+        task_id = str(uuid.uuid4())
+        jobs = [[e.args[0], (e.kwargs or {}).get("lease_ttl_ms")] for e in entries]
+        expires = min(float(e.options["expires"]) for e in entries)
+        message = self.app.amqp.create_task_message(
+            task_id, BATCH_TASK, [jobs], {}, expires=now + timedelta(seconds=expires)
+        )
+        producer.publish(
+            message.body,
+            exchange="",
+            routing_key=self.queue,
+            serializer=self.serializer,
+            headers=message.headers,
+            delivery_mode=PERSISTENT,
+            correlation_id=task_id,
+            reply_to=message.properties.get("reply_to", ""),
+        )
+        return task_id
+
+    def batchable(self, entry: Any) -> bool:
+        """A job's scheduled tick that may travel in a batch: the plain ``nexopoll.tick``
+        of one job, with an expiry (one-shots and routed entries keep their own message)."""
+        options = entry.options or {}
+        return (
+            entry.task == TICK_TASK
+            and len(entry.args or ()) == 1
+            and set(entry.kwargs or {}) <= {"lease_ttl_ms"}
+            and set(options) == {"expires"}
+        )
 
     def _build(self, entry: Any) -> _Template:
         expires = (entry.options or {}).get("expires")

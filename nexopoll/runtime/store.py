@@ -1,4 +1,4 @@
-"""The tick's three statements against ``poll_state``, in plain SQL.
+"""The tick's statements against ``poll_state``, in plain SQL.
 
 The tick is the hot path (hundreds per second per worker), and compiling ORM
 queries cost more CPU than running them, so the three statements a tick issues
@@ -8,6 +8,7 @@ SQL that SQLite and PostgreSQL both accept.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,8 +61,23 @@ def load_state(job_id: str) -> dict[str, Any] | None:
     with connection.cursor() as cur:
         cur.execute(_SELECT, [job_id])
         row = cur.fetchone()
-    if row is None:
-        return None
+    return None if row is None else _state(row)
+
+
+def load_states(job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The state rows of ``job_ids`` in one query (a batch of ticks), by job id; jobs
+    without state are left out."""
+    if not job_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(job_ids))
+    sql = f"SELECT job_id, {', '.join(STATE_COLUMNS)} FROM poll_state WHERE job_id IN ({marks})"
+    with connection.cursor() as cur:
+        cur.execute(sql, list(job_ids))
+        rows = cur.fetchall()
+    return {row[0]: _state(row[1:]) for row in rows}
+
+
+def _state(row: tuple) -> dict[str, Any]:
     state = dict(zip(STATE_COLUMNS, row, strict=True))
     for name in _DATETIMES:
         state[name] = _dt_in(state[name])
@@ -88,6 +104,25 @@ def clear_running(job_id: str, epoch: int, expect: int | None = None) -> None:
             {"running_since": None, "epoch": epoch}, {})  # fmt: skip
 
 
+@dataclass
+class TickWrite:
+    """One tick's commit: its fields and counters on the state row, fenced on ``expect``
+    (the version the tick read), and its outbox rows. The epoch moves to ``epoch + 1``."""
+
+    job_id: str
+    epoch: int
+    fields: dict[str, Any]
+    increments: dict[str, int]
+    deliveries: list[Delivery] = field(default_factory=list)
+    expect: int | None = None
+
+    def apply(self) -> bool:
+        """Run the fenced UPDATE (in the caller's transaction); False: fenced, nothing written."""
+        expect = self.epoch if self.expect is None else self.expect
+        fields = {**self.fields, "epoch": self.epoch + 1}
+        return _update(self.job_id, expect, fields, self.increments) == 1
+
+
 def commit_tick(
     job_id: str,
     epoch: int,
@@ -105,16 +140,35 @@ def commit_tick(
     Raises:
         Fenced: the row changed since the tick read it; nothing was written.
     """
-    expect = epoch if expect is None else expect
-    fields = {**fields, "epoch": epoch + 1}
+    write = TickWrite(job_id, epoch, fields, increments, deliveries, expect)
     if not deliveries:  # one statement is atomic on its own
-        if _update(job_id, expect, fields, increments) != 1:
+        if not write.apply():
             raise Fenced(job_id)
         return
     with transaction.atomic():
-        if _update(job_id, expect, fields, increments) != 1:
+        if not write.apply():
             raise Fenced(job_id)
         Delivery.objects.bulk_create(deliveries)
+
+
+def commit_ticks(writes: list[TickWrite]) -> set[str]:
+    """Commit a batch of ticks in one transaction; return the job ids that were fenced.
+
+    Each tick stays fenced on its own version: a fenced one writes neither its state nor
+    its outbox rows, and the others commit. A DB error rolls the whole batch back (the
+    caller then commits each tick alone, so one bad tick cannot hold back the rest).
+    """
+    fenced: set[str] = set()
+    rows: list[Delivery] = []
+    with transaction.atomic():
+        for write in writes:
+            if write.apply():
+                rows += write.deliveries
+            else:
+                fenced.add(write.job_id)
+        if rows:
+            Delivery.objects.bulk_create(rows)
+    return fenced
 
 
 def _update(job_id: str, epoch: int, fields: dict[str, Any], increments: dict[str, int]) -> int:

@@ -94,6 +94,7 @@ class _Tick:
     held: lease.Lease | None
     next_slot_at: datetime | None
     expect: int  # the row's epoch the commit compares and swaps on
+    trial: datetime | None = None  # a half-open breaker trial starts now
 
 
 def tick_job(
@@ -138,14 +139,19 @@ def _release_and_record(
         if report is None or dry_run:
             lease.release(get_redis(), held)
             return
-        history.record(
-            get_redis(), job_id, at=now, status=report.status, ms=report.latency_ms,
-            seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
-            epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
-            manual=manual, held=held, metrics=metricstore.tick_writer(report),
-        )  # fmt: skip
+        history.record_many(get_redis(), [history_entry(report, now, held, manual=manual)])
     except Exception:  # the lease expires on its own; never mask the tick's result
         log.warning("lease.release_failed job=%s", job_id, exc_info=True)
+
+
+def history_entry(report: TickReport, now: datetime, held, *, manual: bool = False):
+    """The tick's history entry, which also releases ``held`` and records its metrics."""
+    return history.Entry(
+        report.job_id, at=now, status=report.status, ms=report.latency_ms,
+        seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
+        epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
+        manual=manual, held=held, metrics=metricstore.tick_writer(report),
+    )  # fmt: skip
 
 
 def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
@@ -156,7 +162,27 @@ def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
 def _run(
     job_id: str, *, now: datetime, manual: bool, dry_run: bool, force: bool, held
 ) -> TickReport:
-    row = store.load_state(job_id)
+    t = prepare(job_id, store.load_state(job_id), now=now, held=held, manual=manual,
+                dry_run=dry_run, force=force)  # fmt: skip
+    if isinstance(t, TickReport):
+        return t
+    if dry_run:
+        return _execute(t)[0]
+    if (manual or t.trial) and not take_epoch(t, manual=manual):
+        return _skipped(job_id, "another tick took the epoch")
+    report = TickReport(job_id, "fenced", epoch=t.epoch)
+    try:
+        report = _finish(t, *_execute(t))
+    finally:
+        ended(t, report, manual=manual)
+    return report
+
+
+def prepare(
+    job_id: str, row: dict[str, Any] | None, *, now: datetime, held,
+    manual: bool = False, dry_run: bool = False, force: bool = False,
+) -> _Tick | TickReport:  # fmt: skip
+    """What the tick starts from (``row``: its state row), or why it does not run."""
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
         return _skipped(job_id, "unknown job")
@@ -183,28 +209,31 @@ def _run(
     # since the last one ended (ticks racing from the same read label their rows apart)
     read = row["epoch"]
     epoch = read + (held.started if held is not None else 1)
-    t = _Tick(job, row, start, policy, epoch, lease.crashes(row, held), now, held,
-              next_slot(job.schedule, after=now, offset=job.offset), read)  # fmt: skip
-    if dry_run:
-        return _execute(t)[0]
-    if manual or trial != health.trial_started_at:
-        # a manual run, or a half-open trial whose marker every worker must see while
-        # it runs: take the epoch first (the old two-write protocol, for these alone)
-        started = {"last_started_at": now, "crash_count": t.crash_count,
-                   "running_since": None if manual else now, "breaker_trial_at": trial}  # fmt: skip
-        if not store.take_epoch(job_id, read, started):
-            return _skipped(job_id, "another tick took the epoch")
-        t.epoch = t.expect = read + 1
-        t.row = {**row, **started}  # what the commit compares its fields with
-    report = TickReport(job_id, "fenced", epoch=t.epoch)
-    try:
-        report = _finish(t, *_execute(t))
-    finally:
-        if not report.committed and not manual:
-            tickfail.clear_running(t)
-        report.start_cursor = row["cursor"]
-        report.takeover = t.crash_count > 0  # took over from a tick that never ended
-    return report
+    return _Tick(job, row, start, policy, epoch, lease.crashes(row, held), now, held,
+                 next_slot(job.schedule, after=now, offset=job.offset), read,
+                 trial if trial != health.trial_started_at else None)  # fmt: skip
+
+
+def take_epoch(t: _Tick, *, manual: bool) -> bool:
+    """A manual run, or a half-open trial whose marker every worker must see while it
+    runs: take the epoch before polling (the old two-write protocol, for these alone)."""
+    started = {"last_started_at": t.now, "crash_count": t.crash_count,
+               "running_since": None if manual else t.now,
+               "breaker_trial_at": t.trial or t.row["breaker_trial_at"]}  # fmt: skip
+    if not store.take_epoch(t.job.job_id, t.expect, started):
+        return False
+    t.epoch = t.expect = t.expect + 1
+    t.row = {**t.row, **started}  # what the commit compares its fields with
+    return True
+
+
+def ended(t: _Tick, report: TickReport, *, manual: bool = False) -> None:
+    """After the tick, committed or not: a scheduled tick that did not commit is no
+    longer running; the report learns where the tick started."""
+    if not report.committed and not manual:
+        tickfail.clear_running(t)
+    report.start_cursor = t.row["cursor"]
+    report.takeover = t.crash_count > 0  # took over from a tick that never ended
 
 
 def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
@@ -254,7 +283,24 @@ def _finish(
     t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
 ) -> TickReport:
     """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
-    job_id = t.job.job_id
+    write = stage(t, report, decision, ack, latency_ms)
+    if isinstance(write, TickReport):
+        return write
+    try:
+        commit(write)
+    except Fenced:
+        return fenced(t)
+    except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
+        return tickfail.commit_failed(t, exc, latency_ms)
+    committed(t, report, decision)
+    return report
+
+
+def stage(
+    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
+) -> store.TickWrite | TickReport:
+    """The tick's fenced write (state fields, counters, outbox rows), or the report of a
+    tick that must not commit (its lease was lost)."""
     fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack)
     secrets = t.job.secret_values(secret_env())
     for name in ("last_error", "paused_reason"):  # what operators see: never a secret
@@ -265,17 +311,22 @@ def _finish(
     fields["last_started_at"] = t.now
     held = t.held
     if held is not None and latency_ms > held.ttl_ms / 2 and not tickfail.extended(held):
-        log.warning("lease.lost job=%s epoch=%s: not committing", job_id, t.epoch)
-        return TickReport(job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
-    try:
-        _commit(t, fields, report)
-    except Fenced:
-        log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", job_id, t.epoch)
-        return TickReport(job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
-    except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
-        return tickfail.commit_failed(t, exc, latency_ms)
+        log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
+        return TickReport(t.job.job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
+    return _write(t, fields, report)
+
+
+def fenced(t: _Tick) -> TickReport:
+    log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", t.job.job_id, t.epoch)
+    return TickReport(t.job.job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
+
+
+def committed(t: _Tick, report: TickReport, decision: Decision, *, enqueue: bool = True) -> None:
+    """After the commit: deliveries handed to the queue (``enqueue``; a batch hands its
+    ticks' rows over together), the poller's post-commit effects, schedule hints."""
+    job_id = t.job.job_id
     report.committed = True
-    if report.delivery_ids:
+    if enqueue and report.delivery_ids:
         ids = report.delivery_ids
         transaction.on_commit(lambda: enqueue_deliveries(ids))
     run_after_commit(job_id, report.after_commit)
@@ -284,11 +335,11 @@ def _finish(
     if t.job.one_shot and report.status == "transient" and report.retry_at is None:
         # a one-shot job has no next slot: re-arm its entry for when the breaker allows a trial
         _move_entry(job_id, decision.health.open_until or t.now + t.policy.breaker.cap)
-    log.info("tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
-             job_id, t.job.kind, report.status, t.epoch, report.items_seen,
-             report.items_dispatched, latency_ms,
-             f" error={report.error}" if report.error else "")  # fmt: skip
-    return report
+    if log.isEnabledFor(logging.INFO):
+        log.info("tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
+                 job_id, t.job.kind, report.status, t.epoch, report.items_seen,
+                 report.items_dispatched, report.latency_ms,
+                 f" error={report.error}" if report.error else "")  # fmt: skip
 
 
 def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) -> TickAck:
@@ -367,7 +418,7 @@ def _state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str,
     return fields
 
 
-def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
+def _write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
     due = pacing.due_times(t.job, report.deliveries, now=t.now)
     rows = [
         Delivery(
@@ -388,10 +439,17 @@ def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
         "items_seen_total": report.items_seen,
         "items_dispatched_total": report.items_dispatched,
     }
-    store.commit_tick(
-        t.job.job_id, t.epoch, store.changed(t.row, fields), increments, rows, t.expect
-    )
     report.delivery_ids = [str(r.id) for r in rows]
+    changed = store.changed(t.row, fields)
+    return store.TickWrite(t.job.job_id, t.epoch, changed, increments, rows, t.expect)
+
+
+def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
+    commit(_write(t, fields, report))
+
+
+def commit(w: store.TickWrite) -> None:
+    store.commit_tick(w.job_id, w.epoch, w.fields, w.increments, w.deliveries, w.expect)
 
 
 def enqueue_deliveries(ids: list[str]) -> None:

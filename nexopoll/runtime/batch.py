@@ -1,0 +1,257 @@
+"""Batched ticks: one task message for many jobs that fall due together.
+
+Beat sends ``nexopoll.tick_batch`` when many jobs are due in the same loop (see
+``beat.py``); at low rates every job keeps a ``nexopoll.tick`` message of its own.
+A batch does what each of its ticks would do alone, with fewer round trips:
+
+1. the leases of every job, in one pipelined Redis round trip;
+2. their state rows, in one query;
+3. each job's tick in turn, exactly as ``tick.py`` runs it (epoch, breaker, crash
+   cap, deadline, the pure decision);
+4. one transaction for every tick's fenced write: each UPDATE still compares and
+   swaps on the version its tick read, so a fenced tick writes nothing and the
+   others commit;
+5. leases released, history appended and metrics counted in one more round trip.
+
+Per-job semantics stay those of a single tick. A busy lease skips that job alone.
+A DB error in the shared commit rolls it back and each tick then commits alone, so
+one bad row never holds back the others. A transient failure is retried by a single
+``nexopoll.tick`` message for that job. A job whose earlier tick never ended (its
+crash marker says so) runs in a message of its own, so a tick that kills its worker
+cannot make its batch-mates look like crashes. And a slow poller never holds the
+rest for long: once the batch has run for ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs
+not started yet go back to the queue as single ticks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from nexopoll.core.decide import Decision
+
+from . import lease, metricstore, store, tick, tickfail
+from .history import record_many
+from .redis import get_redis
+from .store import Fenced
+
+log = logging.getLogger("nexopoll.tick")
+
+
+@dataclass
+class _Ran:
+    """A tick that ran and waits for the batch's commit."""
+
+    t: tick._Tick
+    report: tick.TickReport
+    decision: Decision
+    write: store.TickWrite
+    latency_ms: int
+
+
+class _Work:
+    """The batch's jobs not started yet; ``spill`` takes back all of them at once."""
+
+    def __init__(self, job_ids: list[str]) -> None:
+        self._left = deque(job_ids)
+        self._lock = threading.Lock()
+        self.spilled: list[str] = []
+
+    def next(self) -> str | None:
+        with self._lock:
+            return self._left.popleft() if self._left else None
+
+    def spill(self) -> list[str]:
+        with self._lock:
+            rest = list(self._left)
+            self._left.clear()
+            self.spilled += rest
+            return rest
+
+
+def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], datetime]) -> list:
+    """Tick every ``(job_id, lease_ttl_ms)`` of a batch; return one report per job that ran
+    here (spilled jobs went back to the queue as single ticks and have none)."""
+    client = get_redis()
+    floor = int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)  # as a single tick's
+    items = [(job_id, ttl or floor) for job_id, ttl in items]
+    ttls = dict(items)
+    held = lease.try_acquire_many(client, items)
+    reports: dict[str, tick.TickReport] = {}
+    busy = [job_id for job_id, _ in items if job_id not in held]
+    for job_id in busy:
+        reports[job_id] = tick._skipped(job_id, "lease busy")
+    # a job with a tick that never ended (a crash?) runs alone: see the module docstring
+    alone = [job_id for job_id, got in held.items() if got.unfinished]
+    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
+    try:
+        rows = store.load_states(list(held))
+    except DatabaseError as exc:
+        now = clock()
+        for job_id in held:
+            reports[job_id] = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
+        rows = {}
+        order: list[str] = []
+    else:
+        order = [job_id for job_id, _ in items if job_id in held]
+    work = _Work(order)
+    timer = threading.Timer(settings.NEXOPOLL_BATCH_BUDGET_SECS, _spill, (client, work, held, ttls))
+    timer.daemon = True
+    timer.start()
+    ran: list[_Ran] = []
+    started: dict[str, datetime] = {}
+    try:
+        while (job_id := work.next()) is not None:
+            started[job_id] = now = clock()
+            result = _tick_one(job_id, rows.get(job_id), now, held[job_id])
+            if isinstance(result, _Ran):
+                ran.append(result)
+            else:
+                reports[job_id] = result
+    finally:
+        timer.cancel()
+        for r in _commit(ran):
+            reports[r.job_id] = r
+        _release(client, reports, held, started, busy, clock)
+    _retry(reports.values(), ttls)
+    return list(reports.values())
+
+
+def _tick_one(job_id: str, row, now: datetime, held: lease.Lease) -> _Ran | tick.TickReport:
+    """Run one job's tick up to its commit; a failure of this job stays this job's."""
+    t: tick._Tick | None = None
+    report = tick.TickReport(job_id, "fenced")
+    try:
+        prepared = tick.prepare(job_id, row, now=now, held=held)
+        if isinstance(prepared, tick.TickReport):
+            return prepared
+        t = prepared
+        report.epoch = t.epoch
+        if t.trial and not tick.take_epoch(t, manual=False):
+            return tick._skipped(job_id, "another tick took the epoch")
+        report, decision, ack, latency_ms = tick._execute(t)
+        write = tick.stage(t, report, decision, ack, latency_ms)
+        if not isinstance(write, store.TickWrite):
+            report = write
+            return report
+        ran = _Ran(t, report, decision, write, latency_ms)
+        t = None  # its end comes after the batch's commit
+        return ran
+    except DatabaseError as exc:
+        report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
+        return report
+    except Exception as exc:  # a bug in one tick must not stop the batch
+        log.exception("tick.failed job=%s", job_id)
+        report = tick.TickReport(job_id, "transient", reason="internal error",
+                                 error=tick._describe(exc))  # fmt: skip
+        return report
+    finally:
+        if t is not None:
+            tick.ended(t, report)
+
+
+def _commit(ran: list[_Ran]) -> list[tick.TickReport]:
+    """Every tick's write in one transaction; on a DB error, each tick alone."""
+    if not ran:
+        return []
+    try:
+        fenced = store.commit_ticks([r.write for r in ran])
+    except DatabaseError:
+        store.drop_if_unusable()
+        log.warning("tick.batch_commit_failed ticks=%s: committing each alone", len(ran))
+        return [_commit_alone(r) for r in ran]
+    out = []
+    for r in ran:
+        if r.t.job.job_id in fenced:
+            report = tick.fenced(r.t)
+        else:
+            tick.committed(r.t, r.report, r.decision, enqueue=False)
+            report = r.report
+        tick.ended(r.t, report)
+        out.append(report)
+    ids = [i for report in out for i in report.delivery_ids if report.committed]
+    if ids:
+        tick.enqueue_deliveries(ids)
+    return out
+
+
+def _commit_alone(r: _Ran) -> tick.TickReport:
+    report = r.report
+    try:
+        tick.commit(r.write)
+    except Fenced:
+        report = tick.fenced(r.t)
+    except DatabaseError as exc:
+        report = tickfail.commit_failed(r.t, exc, r.latency_ms)
+    else:
+        tick.committed(r.t, report, r.decision)
+    tick.ended(r.t, report)
+    return report
+
+
+def _release(client, reports, held, started, busy, clock) -> None:
+    """Release the leases of the jobs that ran, append their history entries and count
+    their metrics, in one round trip."""
+    try:
+        entries = []
+        for job_id, report in reports.items():
+            got = held.get(job_id)
+            if got is not None and job_id in started:
+                entries.append(tick.history_entry(report, started[job_id], got))
+            elif got is not None:  # the DB failed before the tick: release, no entry
+                entries.append(tick.history_entry(report, clock(), got))
+        pipe = client.pipeline(transaction=False)
+        metricstore.queue_skipped(pipe, busy)
+        record_many(client, entries, pipe=pipe)
+    except Exception:  # the leases expire on their own; never mask the ticks' results
+        log.warning("lease.release_failed batch=%s", len(reports), exc_info=True)
+
+
+def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
+    """Give back leases of jobs this batch will not run, and queue those jobs as single
+    ticks (their crash markers keep the count they had before the batch took them)."""
+    if not leases:
+        return
+    try:
+        lease.hand_back_many(client, leases)
+    except Exception:  # they expire on their own; the single ticks then find them free
+        log.warning("lease.hand_back_failed jobs=%s", len(leases), exc_info=True)
+    for got in leases:
+        send_single(got.job_id, ttls[got.job_id])
+
+
+def _spill(client, work: _Work, held: dict[str, lease.Lease], ttls: dict[str, int]) -> None:
+    """The batch ran over its budget: the jobs it has not started go back as single ticks."""
+    rest = work.spill()
+    if rest:
+        log.info("tick.batch_spilled jobs=%s", len(rest))
+        _hand_back(client, [held[job_id] for job_id in rest], ttls)
+
+
+def send_single(job_id: str, lease_ttl_ms: int, **options) -> None:
+    """Queue one ``nexopoll.tick`` for ``job_id`` (a spilled job, or a per-job retry)."""
+    from nexopoll.tasks import tick as tick_task
+
+    try:
+        tick_task.apply_async((job_id,), {"lease_ttl_ms": lease_ttl_ms}, **options)
+    except Exception:  # the next slot ticks it
+        log.warning("tick.requeue_failed job=%s", job_id, exc_info=True)
+
+
+def _retry(reports, ttls: dict[str, int]) -> None:
+    """Each failed tick retries alone, as the single task would retry it."""
+    for report in reports:
+        ttl = ttls[report.job_id]
+        if report.db_error:  # nothing committed: soon, while that lands before the next slot
+            at = datetime.now(UTC) + timedelta(seconds=0.5)
+            if report.next_slot_at is None or at < report.next_slot_at:
+                send_single(report.job_id, ttl, countdown=0.5, retries=1)
+        elif report.retry_at is not None and report.committed:
+            send_single(report.job_id, ttl, eta=report.retry_at, retries=1)

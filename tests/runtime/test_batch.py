@@ -1,0 +1,194 @@
+"""Batched ticks (runtime/batch.py): many jobs in one task, each with its own lease,
+epoch, commit and retry. Real Redis, real DB, the scripted test poller."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from nexopoll.models import Delivery, PollState
+from nexopoll.runtime import history, lease
+from nexopoll.runtime.batch import run_batch
+from nexopoll.runtime.tick import tick_job
+from tests.support.celeryqueue import messages
+from tests.support.procs import wait_for
+
+from .conftest import scripted
+
+NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+TTL = 60_000
+
+
+def st(job_id: str) -> PollState:
+    return PollState.objects.get(job_id=job_id)
+
+
+def jobs(n: int) -> list[str]:
+    return [f"j{i:02d}" for i in range(n)]
+
+
+def setup(cfg, redis_client, ids: list[str], **globals_) -> None:
+    cfg.write([scripted(i) for i in ids], **globals_)
+    cfg.reload()
+    redis_client.delete("nexopoll")  # the reload's own messages, if any
+    for n, job_id in enumerate(ids):
+        redis_client.rpush(f"test:src:{job_id}", *range(1, n % 3 + 2))
+
+
+def clock():
+    return timezone.now()
+
+
+def singles(redis_client) -> list[tuple[str, list]]:
+    return [(task, args) for task, args in messages(redis_client) if task == "nexopoll.tick"]
+
+
+def test_a_batch_ticks_each_job_as_a_single_tick_would_with_one_read_and_one_insert(
+    cfg, redis_client
+):
+    ids = jobs(12)
+    setup(cfg, redis_client, ids)
+    with CaptureQueriesContext(connection) as q:
+        reports = run_batch([(i, TTL) for i in ids], clock=clock)
+    assert sorted(r.job_id for r in reports) == ids
+    assert all(r.status == "ok" and r.committed for r in reports)
+    sql = [x["sql"].lstrip().upper() for x in q.captured_queries]
+    assert len([s for s in sql if s.startswith("SELECT") and "FROM POLL_STATE" in s]) == 1
+    assert len([s for s in sql if s.startswith("UPDATE POLL_STATE")]) == len(ids)
+    assert len([s for s in sql if s.startswith("INSERT INTO") and "POLL_OUTBOX" in s]) == 1
+    for n, job_id in enumerate(ids):
+        s = st(job_id)
+        assert s.ticks_total == 1 and s.last_status == "ok" and s.epoch == 2
+        assert bytes(s.cursor) == str(n % 3 + 1).encode()
+        assert Delivery.objects.filter(job_id=job_id).count() == n % 3 + 1
+        assert history.entries(redis_client, job_id)[0].status == "ok"
+        assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
+    queued = {i for task, args in messages(redis_client) if task == "nexopoll.deliver"
+              for i in args[0]}  # fmt: skip
+    assert queued == {str(d.id) for d in Delivery.objects.all()}  # handed to the queue
+
+
+def test_a_busy_lease_skips_that_job_alone(cfg, redis_client):
+    ids = jobs(4)
+    setup(cfg, redis_client, ids)
+    other = lease.try_acquire(redis_client, "j01", TTL)  # another worker ticks j01
+    reports = {r.job_id: r for r in run_batch([(i, TTL) for i in ids], clock=clock)}
+    assert reports["j01"].status == "skipped" and reports["j01"].reason == "lease busy"
+    assert st("j01").ticks_total == 0
+    assert redis_client.get(lease.lease_key("j01")) == other.token  # not released by us
+    assert all(reports[i].committed for i in ("j00", "j02", "j03"))
+
+
+def test_a_failing_job_fails_alone_and_retries_alone(cfg, redis_client):
+    ids = jobs(5)
+    setup(cfg, redis_client, ids)
+    redis_client.set("test:mode:j02", "transient")
+    redis_client.set("test:mode:j03", "raise-bug")  # a poller bug: RuntimeError
+    # the next slot is 59 s away: the 30 s backoff lands before it
+    reports = {r.job_id: r for r in run_batch([(i, TTL) for i in ids], clock=lambda: NOW)}
+    assert reports["j02"].status == "transient" and reports["j02"].committed
+    assert reports["j03"].status == "transient" and st("j03").consecutive_errors == 1
+    for job_id in ("j00", "j01", "j04"):
+        assert reports[job_id].status == "ok" and bytes(st(job_id).cursor)
+    # each failed tick retries as a single tick of its own, at its own backoff
+    retried = sorted(args[0] for _task, args in singles(redis_client))
+    assert retried == ["j02", "j03"]
+    assert reports["j02"].retry_at == NOW + timedelta(seconds=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fenced_tick_in_a_batch_writes_nothing_and_the_others_commit(cfg, redis_client):
+    ids = jobs(3)
+    setup(cfg, redis_client, ids)
+    redis_client.set("test:block_once:j01", "1")
+    redis_client.set("test:hold:j01", "1")
+    result: dict = {}
+
+    def batch() -> None:
+        try:
+            result["r"] = run_batch([(i, TTL) for i in ids], clock=clock)
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=batch)
+    t.start()
+    wait_for(lambda: redis_client.get("test:blocked:j01"), 10, what="j01 at the barrier")
+    redis_client.delete(lease.lease_key("j01"))  # its lease expired; another tick runs it
+    redis_client.rpush("test:src:j01", 9)
+    alone = tick_job("j01", now=timezone.now())
+    redis_client.delete("test:hold:j01")
+    t.join(15)
+    reports = {r.job_id: r for r in result["r"]}
+    assert alone.status == "ok" and reports["j01"].status == "fenced"
+    assert reports["j00"].committed and reports["j02"].committed
+    assert bytes(st("j01").cursor) == b"9"
+    assert sorted(d.payload["item_id"] for d in Delivery.objects.filter(job_id="j01")) == [1, 2, 9]
+
+
+def test_a_db_error_in_the_shared_commit_falls_back_to_one_commit_per_tick(cfg, redis_client):
+    """A value the DB refuses in one tick's write rolls back the shared commit; each tick
+    then commits alone: the bad one is paused with the reason, the others commit."""
+    ids = jobs(3)
+    setup(cfg, redis_client, ids)
+    redis_client.set("test:recipient:j01", "x" * 600)  # past the outbox column's length
+    reports = {r.job_id: r for r in run_batch([(i, TTL) for i in ids], clock=clock)}
+    if connection.vendor == "sqlite":  # SQLite does not enforce VARCHAR lengths
+        assert reports["j01"].committed
+    else:
+        assert reports["j01"].status == "permanent" and st("j01").paused
+        assert "refused" in st("j01").paused_reason
+    assert reports["j00"].committed and reports["j02"].committed
+    assert Delivery.objects.filter(job_id="j00").count() == 1
+
+
+def test_a_job_whose_last_tick_never_ended_runs_alone(cfg, redis_client):
+    """A tick that kills its worker must not make its batch-mates look like crashes: a
+    job with an unfinished tick goes back to the queue as a single tick, and its crash
+    marker keeps its count."""
+    ids = jobs(3)
+    setup(cfg, redis_client, ids)
+    died = lease.try_acquire(redis_client, "j01", TTL)
+    redis_client.delete(lease.lease_key("j01"))  # the worker died; its lease expired
+    assert died.started == 1
+    reports = {r.job_id: r for r in run_batch([(i, TTL) for i in ids], clock=clock)}
+    assert set(reports) == {"j00", "j02"}
+    assert [args for _task, args in singles(redis_client)] == [["j01"]]
+    assert redis_client.get(lease.running_key("j01")) == "1"  # still one unfinished tick
+    assert not redis_client.exists(lease.lease_key("j01"))
+    single = tick_job("j01", now=timezone.now())  # what the single message runs
+    assert single.status == "ok" and single.takeover
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_job_hands_the_jobs_not_started_back_as_single_ticks(
+    cfg, redis_client, settings
+):
+    settings.NEXOPOLL_BATCH_BUDGET_SECS = 0.3
+    ids = jobs(6)
+    setup(cfg, redis_client, ids)
+    redis_client.set("test:block_once:j01", "1")
+    redis_client.set("test:hold:j01", "1")
+    result: dict = {}
+
+    def batch() -> None:
+        try:
+            result["r"] = run_batch([(i, TTL) for i in ids], clock=clock)
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=batch)
+    t.start()
+    # while j01 hangs, the four jobs after it are already back on the queue, leases free
+    wait_for(lambda: len(singles(redis_client)) == 4, 10, what="the rest handed back")
+    assert sorted(args[0] for _task, args in singles(redis_client)) == ids[2:]
+    assert not any(redis_client.exists(lease.lease_key(i)) for i in ids[2:])
+    redis_client.delete("test:hold:j01")
+    t.join(15)
+    assert sorted(r.job_id for r in result["r"]) == ["j00", "j01"]
+    assert all(r.committed for r in result["r"])
+    assert all(st(i).ticks_total == 0 for i in ids[2:])  # nothing ran twice
