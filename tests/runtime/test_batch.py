@@ -165,9 +165,7 @@ def test_a_job_whose_last_tick_never_ended_runs_alone(cfg, redis_client):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_slow_job_hands_the_jobs_not_started_back_as_single_ticks(
-    cfg, redis_client, settings
-):
+def test_a_slow_job_hands_the_jobs_not_started_back_as_single_ticks(cfg, redis_client, settings):
     settings.NEXOPOLL_BATCH_BUDGET_SECS = 0.3
     ids = jobs(6)
     setup(cfg, redis_client, ids)

@@ -8,7 +8,7 @@ import time
 
 from nexopoll.celery import app
 from nexopoll.runtime import keys
-from nexopoll.runtime.beat import NexopollScheduler
+from nexopoll.runtime.beat import NexopollScheduler, beat_id, dispatched_key
 
 from .conftest import scripted
 
@@ -61,3 +61,67 @@ def test_a_flushed_schedule_is_rebuilt_from_the_db(cfg, redis_client):
     members = set(redis_client.zrange(keys.schedule_key(), 0, -1))
     assert {keys.entry_key("a"), keys.entry_key("b")} <= members
     assert any("sweep" in m for m in members)  # beat_schedule statics restored too
+
+
+def queued(redis_client) -> list[tuple[str, list, dict]]:
+    """(task, args, headers) of every queued message."""
+    out = []
+    for raw in redis_client.lrange(QUEUE, 0, -1):
+        m = json.loads(raw)
+        out.append((m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0], m["headers"]))
+    return out
+
+
+def due_now(redis_client, ids: list[str]) -> None:
+    now = time.time()
+    redis_client.delete(QUEUE)
+    redis_client.zadd(keys.schedule_key(), {keys.entry_key(i): now - 0.5 for i in ids})
+
+
+def test_many_ticks_due_together_go_out_as_batches_few_go_out_one_by_one(
+    cfg, redis_client, settings
+):
+    settings.NEXOPOLL_BATCH_MIN, settings.NEXOPOLL_BATCH_SIZE = 10, 8
+    ids = [f"j{i:02d}" for i in range(20)]
+    cfg.write([scripted(i, every=60) for i in ids])
+    cfg.reload()
+    sched = NexopollScheduler(app=app)
+    due_now(redis_client, ids[:9])  # below the threshold: a message per tick (Flower)
+    sched.tick()
+    assert sorted(args[0] for task, args, _ in queued(redis_client)) == ids[:9]
+    assert {task for task, _, _ in queued(redis_client)} == {"nexopoll.tick"}
+    due_now(redis_client, ids)  # 20 due together: 3 even batches of at most 8
+    sched.tick()
+    sent = queued(redis_client)
+    assert {task for task, _, _ in sent} == {"nexopoll.tick_batch"}
+    sizes = sorted(len(args[0]) for _, args, _ in sent)
+    assert sizes == [6, 7, 7]
+    pairs = [pair for _, args, _ in sent for pair in args[0]]
+    assert sorted(job for job, _ttl in pairs) == ids  # every job once
+    assert all(ttl == 120_000 for _job, ttl in pairs)  # each job's own lease TTL
+    assert all(h["expires"] for _, _, h in sent)  # a batch expires like its ticks
+    assert int(redis_client.hget(dispatched_key(), beat_id())) == 29  # ticks, not messages
+    for i in ids:  # every entry moved on to its next slot
+        assert redis_client.zscore(keys.schedule_key(), keys.entry_key(i)) > time.time()
+
+
+def test_batching_off_and_one_shots_keep_a_message_per_tick(cfg, redis_client, settings):
+    settings.NEXOPOLL_BATCH_MIN = 2
+    at = "2030-01-01T00:00:00+00:00"
+    cfg.write([scripted("a", every=60), scripted("b", every=60),
+               scripted("once", schedule={"at": at})])  # fmt: skip
+    cfg.reload()
+    sched = NexopollScheduler(app=app)
+    due_now(redis_client, ["a", "b", "once"])
+    sched.tick()
+    sent = sorted((task, args) for task, args, _ in queued(redis_client))
+    assert sent == [
+        ("nexopoll.tick", ["once"]),
+        ("nexopoll.tick_batch", [[["a", 120000], ["b", 120000]]]),
+    ]
+    settings.NEXOPOLL_BATCH_MIN = 0  # batching off
+    redis_client.delete(sched.lock_key)  # the first beat stopped
+    sched = NexopollScheduler(app=app)
+    due_now(redis_client, ["a", "b"])
+    sched.tick()
+    assert sorted(args[0] for _, args, _ in queued(redis_client)) == ["a", "b"]
