@@ -24,8 +24,15 @@ def report(res: dict[str, Any]) -> str:
                 f"{nx['tasks']:8d}",
                 f"   ratio nexopoll/raw = {w['ratio']:.2f}x (target <= 1.5x); DB: ticks_total="
                 f"{nx['ticks_total']} over {nx['jobs']} jobs, last_status ok={nx['status_ok']} "
-                f"other={nx['status_other']}",
-                ""]  # fmt: skip
+                f"other={nx['status_other']}"]  # fmt: skip
+        bt = w.get("batched")
+        if bt:
+            out += [f"   {'batched':10}{bt['cpu_ms_per_tick']:12.3f}"
+                    f"{bt['tasks_per_s'] * bt['batch']:10.0f}{bt['ticks']:8d}"
+                    f"  (per tick; nexopoll.tick_batch of {bt['batch']} jobs)",
+                    f"   ratio batched/raw = {w['batched_ratio']:.2f}x; DB: ticks_total="
+                    f"{bt['ticks_total']}"]  # fmt: skip
+        out.append("")
     b = res.get("beat")
     if b:
         out += [f"2. Beat CPU per dispatch, N={b['n']} every {b['every']:g}s, "

@@ -78,6 +78,7 @@ from .stack import (
 RESULTS = Path(__file__).resolve().parent / "results"
 SYNCED = "nexopoll:redbeat:nexopoll:synced"  # beat writes it once it mirrored the DB
 ROUNDS = 3  # worker part: ticks per job
+BATCH = 50  # worker part, batched row: jobs per nexopoll.tick_batch (NEXOPOLL_BATCH_SIZE)
 PARTS = "worker,beat,lag,io,polite"
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/nexopoll_bench"
 
@@ -174,12 +175,33 @@ def part_worker(template: Path, dbs: JobDBs, m: int, concurrency: int = 1) -> di
         nexo_res.update(ticks_total=ticks, jobs=jobs, status_ok=ok, status_other=other)
     finally:
         nexo.close()
+    batched = part_worker_batched(dbs, jobs)
     return {
         "m": m,
         "raw": raw_res,
         "nexopoll": nexo_res,
         "ratio": nexo_res["cpu_ms_per_task"] / raw_res["cpu_ms_per_task"],
+        "batched": batched,
+        "batched_ratio": batched["cpu_ms_per_tick"] / raw_res["cpu_ms_per_task"],
     }
+
+
+def part_worker_batched(dbs: JobDBs, jobs: int) -> dict[str, Any]:
+    """The same ticks as ``nexopoll.tick_batch`` messages of BATCH jobs (what beat sends
+    when many jobs fall due together): CPU per tick, not per message."""
+    nexo = Stack(dbs.get(jobs, 3600))
+    try:
+        ticks = [job_id(i % jobs) for i in range(jobs * ROUNDS)]
+        calls = [([[[j, 30000] for j in ticks[k : k + BATCH]]], {})
+                 for k in range(0, len(ticks), BATCH)]  # fmt: skip
+        publish(nexo, "nexopoll.tick_batch", calls)
+        res = drain(nexo, len(calls), warm=len(calls) // ROUNDS)
+        ((total,),) = nexo.sql("SELECT SUM(ticks_total) FROM poll_state")
+        res.update(batch=BATCH, ticks_total=total, ticks=res["tasks"] * BATCH,
+                   cpu_ms_per_tick=1000 * res["cpu_s"] / (res["tasks"] * BATCH))  # fmt: skip
+        return res
+    finally:
+        nexo.close()
 
 
 # --- 2. beat CPU per dispatch ---------------------------------------------------------
@@ -199,15 +221,17 @@ def beat_window(stack: Stack, scheduler: str, duration: float, ready: str) -> di
              120, 0.05, "beat dispatching")  # fmt: skip
     assert beat.alive(), f"beat died:\n{beat.text()[-2000:]}"
     time.sleep(5)  # warm-up: past start-up (and nexopoll's initial resync)
-    q0, cpu0, t0 = stack.queued(), beat.cpu(), time.monotonic()
+    q0, cpu0, t0 = stack.queued_ticks(), beat.cpu(), time.monotonic()
     time.sleep(duration)
-    q1, cpu1, t1 = stack.queued(), beat.cpu(), time.monotonic()
+    q1, cpu1, t1 = stack.queued_ticks(), beat.cpu(), time.monotonic()
+    messages = stack.queued()
     mem = int(stack.r.info("memory")["used_memory"])
     beat.stop()
     dispatched, cpu = q1 - q0, cpu1 - cpu0
     return {
         "secs": t1 - t0,
         "dispatched": dispatched,
+        "messages_at_end": messages,
         "cpu_s": cpu,
         "cpu_pct": 100 * cpu / (t1 - t0),
         "cpu_ms_per_dispatch": 1000 * cpu / dispatched if dispatched else math.nan,

@@ -7,6 +7,8 @@ Redis on 6379 or the repo's ``data/``.
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 import socket
 import sqlite3
@@ -251,6 +253,17 @@ class Stack:
 
     def queued(self) -> int:
         return int(self.r.llen(QUEUE)) + int(self.r.llen("celery"))
+
+    def queued_ticks(self) -> int:
+        """Ticks waiting in the queue: a ``nexopoll.tick_batch`` message counts its jobs."""
+        n = 0
+        for raw in self.r.lrange(QUEUE, 0, -1) + self.r.lrange("celery", 0, -1):
+            envelope = json.loads(raw)
+            if envelope["headers"].get("task") == "nexopoll.tick_batch":
+                n += len(json.loads(base64.b64decode(envelope["body"]))[0][0])
+            else:
+                n += 1
+        return n
 
     def unacked(self) -> int:
         return int(self.r.hlen("unacked"))
