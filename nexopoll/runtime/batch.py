@@ -19,14 +19,16 @@ one bad row never holds back the others. A transient failure is retried by a sin
 ``nexopoll.tick`` message for that job. A job whose earlier tick never ended (its
 crash marker says so) runs in a message of its own, so a tick that kills its worker
 cannot make its batch-mates look like crashes. And a slow poller never holds the
-rest for long: once the batch has run for ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs
-not started yet go back to the queue as single ticks.
+rest for long: once a tick has run for ``NEXOPOLL_BATCH_SLOW_MS`` (a poller waiting
+on the network), or the batch for ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started
+yet go back to the queue as single ticks, which a threads pool runs side by side.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,18 +64,40 @@ class _Work:
     def __init__(self, job_ids: list[str]) -> None:
         self._left = deque(job_ids)
         self._lock = threading.Lock()
-        self.spilled: list[str] = []
+        self.began = self.job_began = time.monotonic()
+        self.done = threading.Event()
 
     def next(self) -> str | None:
         with self._lock:
-            return self._left.popleft() if self._left else None
+            if not self._left:
+                return None
+            self.job_began = time.monotonic()
+            return self._left.popleft()
 
     def spill(self) -> list[str]:
         with self._lock:
             rest = list(self._left)
             self._left.clear()
-            self.spilled += rest
             return rest
+
+    def stalled(self, slow: float, budget: float) -> bool:
+        now = time.monotonic()
+        return now - self.job_began > slow or now - self.began > budget
+
+
+def _watch(client, work: _Work, held: dict[str, lease.Lease], ttls: dict[str, int]) -> None:
+    """The batch's watchdog: once a tick has run longer than ``NEXOPOLL_BATCH_SLOW_MS`` (a
+    poller that waits on the network) or the batch longer than its budget, the jobs not
+    started yet go back to the queue as single ticks, where they run side by side."""
+    slow = settings.NEXOPOLL_BATCH_SLOW_MS / 1000
+    budget = settings.NEXOPOLL_BATCH_BUDGET_SECS
+    while not work.done.wait(slow / 2):
+        if work.stalled(slow, budget):
+            rest = work.spill()
+            if rest:
+                log.info("tick.batch_spilled jobs=%s", len(rest))
+                _hand_back(client, [held[job_id] for job_id in rest], ttls)
+            return
 
 
 def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], datetime]) -> list:
@@ -102,9 +126,8 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     else:
         order = [job_id for job_id, _ in items if job_id in held]
     work = _Work(order)
-    timer = threading.Timer(settings.NEXOPOLL_BATCH_BUDGET_SECS, _spill, (client, work, held, ttls))
-    timer.daemon = True
-    timer.start()
+    watchdog = threading.Thread(target=_watch, args=(client, work, held, ttls), daemon=True)
+    watchdog.start()
     ran: list[_Ran] = []
     started: dict[str, datetime] = {}
     try:
@@ -116,7 +139,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
             else:
                 reports[job_id] = result
     finally:
-        timer.cancel()
+        work.done.set()
         for r in _commit(ran):
             reports[r.job_id] = r
         _release(client, reports, held, started, busy, clock)
@@ -225,14 +248,6 @@ def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
         log.warning("lease.hand_back_failed jobs=%s", len(leases), exc_info=True)
     for got in leases:
         send_single(got.job_id, ttls[got.job_id])
-
-
-def _spill(client, work: _Work, held: dict[str, lease.Lease], ttls: dict[str, int]) -> None:
-    """The batch ran over its budget: the jobs it has not started go back as single ticks."""
-    rest = work.spill()
-    if rest:
-        log.info("tick.batch_spilled jobs=%s", len(rest))
-        _hand_back(client, [held[job_id] for job_id in rest], ttls)
 
 
 def send_single(job_id: str, lease_ttl_ms: int, **options) -> None:
