@@ -18,7 +18,8 @@ A DB error in the shared commit rolls it back and each tick then commits alone, 
 one bad row never holds back the others. A transient failure is retried by a single
 ``nexopoll.tick`` message for that job. A job whose earlier tick never ended (its
 crash marker says so) runs in a message of its own, so a tick that kills its worker
-cannot make its batch-mates look like crashes. And a slow poller never holds the
+cannot make its batch-mates look like crashes; nor does a job whose last tick took
+longer than ``NEXOPOLL_BATCH_SLOW_MS``. And a slow poller never holds the
 rest for long: once a tick has run for ``NEXOPOLL_BATCH_SLOW_MS`` (a poller waiting
 on the network), or the batch for ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started
 yet go back to the queue as single ticks, which a threads pool runs side by side.
@@ -112,9 +113,6 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     busy = [job_id for job_id, _ in items if job_id not in held]
     for job_id in busy:
         reports[job_id] = tick._skipped(job_id, "lease busy")
-    # a job with a tick that never ended (a crash?) runs alone: see the module docstring
-    alone = [job_id for job_id, got in held.items() if got.unfinished]
-    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
     try:
         rows = store.load_states(list(held))
     except DatabaseError as exc:
@@ -122,9 +120,14 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
         for job_id in held:
             reports[job_id] = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
         rows = {}
-        order: list[str] = []
-    else:
-        order = [job_id for job_id, _ in items if job_id in held]
+    # Run alone, as single ticks: a job with a tick that never ended (a crash? see the
+    # module docstring), and a job whose last tick waited on the network for longer than
+    # NEXOPOLL_BATCH_SLOW_MS (single ticks of a threads pool wait side by side).
+    slow = settings.NEXOPOLL_BATCH_SLOW_MS
+    alone = [job_id for job_id, got in held.items() if job_id in rows and (
+        got.unfinished or (rows[job_id]["last_latency_ms"] or 0) > slow)]  # fmt: skip
+    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
+    order = [job_id for job_id, _ in items if job_id in held and job_id not in reports]
     work = _Work(order)
     watchdog = threading.Thread(target=_watch, args=(client, work, held, ttls), daemon=True)
     watchdog.start()

@@ -30,7 +30,7 @@ from ..models import Delivery
 STATE_COLUMNS = (
     "epoch", "definition_hash", "cursor", "paused", "consecutive_errors", "breaker_open_until",
     "breaker_trips", "breaker_trial_at", "running_since", "crash_count", "last_failure_alert_at",
-    "alert_active",
+    "alert_active", "last_latency_ms",
 )  # fmt: skip
 _DATETIMES = {"breaker_open_until", "breaker_trial_at", "running_since", "last_failure_alert_at"}
 _SELECT = f"SELECT {', '.join(STATE_COLUMNS)} FROM poll_state WHERE job_id = %s"

@@ -196,3 +196,20 @@ def test_a_slow_job_hands_the_jobs_not_started_back_as_single_ticks(cfg, redis_c
     assert sorted(r.job_id for r in result["r"]) == ["j00", "j01"]
     assert all(r.committed for r in result["r"])
     assert all(st(i).ticks_total == 0 for i in ids[2:])  # nothing ran twice
+
+
+def test_a_job_whose_last_tick_was_slow_runs_alone_and_an_unknown_job_is_skipped(
+    cfg, redis_client, settings
+):
+    """A poller that waits on the network (its last tick took longer than
+    NEXOPOLL_BATCH_SLOW_MS) is handed back at once, to run beside the others."""
+    settings.NEXOPOLL_BATCH_SLOW_MS = 50
+    ids = jobs(3)
+    setup(cfg, redis_client, ids)
+    PollState.objects.filter(job_id="j02").update(last_latency_ms=200)
+    reports = {r.job_id: r for r in run_batch([(i, TTL) for i in [*ids, "gone"]], clock=clock)}
+    assert set(reports) == {"j00", "j01", "gone"}
+    assert reports["gone"].status == "skipped" and reports["gone"].reason == "unknown job"
+    assert not redis_client.exists(lease.lease_key("gone"))
+    assert [args for _task, args in singles(redis_client)] == [["j02"]]
+    assert not redis_client.exists(lease.lease_key("j02"), lease.running_key("j02"))
