@@ -59,6 +59,7 @@ def beat_id() -> str:
 
 
 BATCH = 1000
+SLOW_REFRESH_SECS = 5.0
 
 
 class NexoSchedule(BaseSchedule):
@@ -171,6 +172,8 @@ class NexopollScheduler(RedBeatScheduler):
         self.min_sleep = settings.NEXOPOLL_BEAT_MIN_SLEEP_SECS
         self.batch_min = settings.NEXOPOLL_BATCH_MIN
         self.batch_size = max(1, settings.NEXOPOLL_BATCH_SIZE)
+        self._slow: set[str] = set()  # jobs whose ticks wait on I/O: never batched
+        self._slow_at = 0.0
         self.publisher = TickPublisher(app)
         super().__init__(app, **kwargs)
 
@@ -364,9 +367,15 @@ class NexopollScheduler(RedBeatScheduler):
         no-op tick). Returns how many ticks were sent."""
         if not self.batch_min or len(ticks) < self.batch_min:
             return sum(self._publish(entry, now) for entry in ticks)
+        # a job that waits on the network gains nothing from a batch (its cost is the
+        # wait, which single ticks of a threads pool spend side by side)
+        slow = self._slow_jobs()
+        sent = sum(self._publish(entry, now) for entry in ticks if entry.args[0] in slow)
+        ticks = [entry for entry in ticks if entry.args[0] not in slow]
+        if len(ticks) < self.batch_min:
+            return sent + sum(self._publish(entry, now) for entry in ticks)
         parts = -(-len(ticks) // self.batch_size)
         size = -(-len(ticks) // parts)  # even parts: no straggler batch of one or two
-        sent = 0
         for start in range(0, len(ticks), size):
             chunk = ticks[start : start + size]
             try:
@@ -376,6 +385,16 @@ class NexopollScheduler(RedBeatScheduler):
                 continue
             sent += len(chunk)
         return sent
+
+    def _slow_jobs(self) -> set[str]:
+        """The slow set (ticks keep it current), read again every SLOW_REFRESH_SECS."""
+        if time.monotonic() >= self._slow_at:
+            self._slow_at = time.monotonic() + SLOW_REFRESH_SECS
+            try:
+                self._slow = set(self.client.smembers(keys.slow_key()))
+            except redis.exceptions.RedisError as exc:  # keep the last one known
+                log.warning("beat.slow_set_unread: %s", exc)
+        return self._slow
 
     def _publish(self, entry: NexoEntry, now: datetime) -> bool:
         try:

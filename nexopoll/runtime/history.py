@@ -101,6 +101,7 @@ class Entry:
     manual: bool = False
     held: Lease | None = None  # released in the same round trip
     metrics: Callable[[redis.client.Pipeline], None] | None = None
+    slow: Callable[[redis.client.Pipeline], None] | None = None  # the job's slow-set mark
 
 
 def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None) -> list:
@@ -114,6 +115,8 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
             release_in(client, pipe, e.held)
         if e.metrics is not None:
             e.metrics(pipe)
+        if e.slow is not None:
+            e.slow(pipe)
         _queue(pipe, e)
         lens.append((e.job_id, len(pipe) - 1))
     results = pipe.execute(raise_on_error=False)

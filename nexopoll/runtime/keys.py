@@ -41,3 +41,9 @@ def synced_key() -> str:
 def heartbeat_key() -> str:
     """``"<unix time>:<pid>"`` of the lock-holding beat's last loop (read by /healthz)."""
     return key_prefix() + "nexopoll:beat-heartbeat"
+
+
+def slow_key() -> str:
+    """Set of jobs whose last tick waited longer than ``NEXOPOLL_BATCH_SLOW_MS`` (on the
+    network, mostly): beat keeps them out of batches, each tick keeps it current."""
+    return key_prefix() + "nexopoll:slow"

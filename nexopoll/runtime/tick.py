@@ -37,6 +37,7 @@ from ..models import Delivery
 from . import (
     definitions,
     history,
+    keys,
     lease,
     logredact,
     metricstore,
@@ -78,6 +79,7 @@ class TickReport:
     start_cursor: bytes | None = None  # the cursor the tick started from (tick history, rewind)
     db_error: bool = False  # a transient DB error: retry soon (the task's backoff)
     next_slot_at: datetime | None = None
+    prev_latency_ms: int | None = None  # the job's last tick before this one
 
 
 @dataclass
@@ -151,7 +153,21 @@ def history_entry(report: TickReport, now: datetime, held, *, manual: bool = Fal
         seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
         epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
         manual=manual, held=held, metrics=metricstore.tick_writer(report),
+        slow=_slow_mark(report),
     )  # fmt: skip
+
+
+def _slow_mark(report: TickReport):
+    """Keep the job's place in the slow set (``keys.slow_key``) current, in the same round
+    trip: beat sends a slow job's ticks one by one, never in a batch."""
+    if report.latency_ms is None:
+        return None
+    limit = settings.NEXOPOLL_BATCH_SLOW_MS
+    if report.latency_ms > limit:
+        return lambda pipe: pipe.sadd(keys.slow_key(), report.job_id)
+    if (report.prev_latency_ms or 0) > limit:
+        return lambda pipe: pipe.srem(keys.slow_key(), report.job_id)
+    return None
 
 
 def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
@@ -233,6 +249,7 @@ def ended(t: _Tick, report: TickReport, *, manual: bool = False) -> None:
     if not report.committed and not manual:
         tickfail.clear_running(t)
     report.start_cursor = t.row["cursor"]
+    report.prev_latency_ms = t.row.get("last_latency_ms")
     report.takeover = t.crash_count > 0  # took over from a tick that never ended
 
 

@@ -4,6 +4,7 @@ epoch, commit and retry. Real Redis, real DB, the scripted test poller."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from nexopoll.models import Delivery, PollState
-from nexopoll.runtime import history, lease
+from nexopoll.runtime import history, keys, lease
 from nexopoll.runtime.batch import run_batch
 from nexopoll.runtime.tick import tick_job
 from tests.support.celeryqueue import messages
@@ -213,3 +214,26 @@ def test_a_job_whose_last_tick_was_slow_runs_alone_and_an_unknown_job_is_skipped
     assert not redis_client.exists(lease.lease_key("gone"))
     assert [args for _task, args in singles(redis_client)] == [["j02"]]
     assert not redis_client.exists(lease.lease_key("j02"), lease.running_key("j02"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_keeps_its_job_in_the_slow_set_beat_reads_while_it_waits_on_the_network(
+    cfg, redis_client, settings
+):
+    settings.NEXOPOLL_BATCH_SLOW_MS = 50
+    setup(cfg, redis_client, ["a"])
+    slow_set = keys.slow_key()
+    redis_client.set("test:block:a", "1")
+
+    def release() -> None:
+        wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="a at the barrier")
+        time.sleep(0.12)
+        redis_client.delete("test:block:a")
+
+    t = threading.Thread(target=release)
+    t.start()
+    slow = tick_job("a", now=timezone.now())
+    t.join(10)
+    assert slow.latency_ms > 50 and redis_client.smembers(slow_set) == {"a"}
+    fast = tick_job("a", now=timezone.now())  # answers at once again: out of the set
+    assert fast.latency_ms < 50 and redis_client.smembers(slow_set) == set()

@@ -125,3 +125,25 @@ def test_batching_off_and_one_shots_keep_a_message_per_tick(cfg, redis_client, s
     due_now(redis_client, ["a", "b"])
     sched.tick()
     assert sorted(args[0] for _, args, _ in queued(redis_client)) == ["a", "b"]
+
+
+def test_jobs_that_wait_on_the_network_are_never_batched(cfg, redis_client, settings):
+    settings.NEXOPOLL_BATCH_MIN, settings.NEXOPOLL_BATCH_SIZE = 4, 50
+    ids = [f"j{i}" for i in range(8)]
+    cfg.write([scripted(i, every=60) for i in ids])
+    cfg.reload()
+    redis_client.sadd(keys.slow_key(), "j1", "j3", "j5")  # their last ticks were slow
+    sched = NexopollScheduler(app=app)
+    due_now(redis_client, ids)
+    sched.tick()
+    sent = queued(redis_client)
+    assert sorted(args[0] for task, args, _ in sent if task == "nexopoll.tick") == [
+        "j1", "j3", "j5"
+    ]  # fmt: skip
+    (batch,) = [args[0] for task, args, _ in sent if task == "nexopoll.tick_batch"]
+    assert sorted(job for job, _ttl in batch) == ["j0", "j2", "j4", "j6", "j7"]
+    redis_client.sadd(keys.slow_key(), "j0", "j2")  # read again after SLOW_REFRESH_SECS
+    sched._slow_at = 0.0
+    due_now(redis_client, ids)
+    sched.tick()  # 3 fast ones left: fewer than the batch threshold, one message each
+    assert sorted(task for task, _, _ in queued(redis_client)) == ["nexopoll.tick"] * 8
