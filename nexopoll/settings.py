@@ -173,14 +173,16 @@ NEXOPOLL_RESYNC_SECS = env_float("NEXOPOLL_RESYNC_SECS", 30.0)
 NEXOPOLL_BEAT_MIN_SLEEP_SECS = env_float("NEXOPOLL_BEAT_MIN_SLEEP_SECS", 0.05)
 # Batched dispatch: when at least BATCH_MIN ticks fall due in one beat loop, beat sends
 # them as nexopoll.tick_batch messages of at most BATCH_SIZE jobs (0 turns batching off);
-# below that every tick keeps a message of its own. A batch hands the jobs it has not
-# started back to the queue as single ticks once one of its ticks has run for
-# BATCH_SLOW_MS (I/O-bound pollers run side by side that way), or the batch for
-# BATCH_BUDGET_SECS.
+# below that every tick keeps a message of its own. A batch polls its jobs one after
+# another; once one of its ticks has run for BATCH_SLOW_MS (a poller waiting on the
+# network), or the batch for BATCH_BUDGET_SECS, the rest poll side by side on
+# BATCH_THREADS threads per worker process. Jobs slower than BATCH_SLOW_MS are never
+# batched by beat.
 NEXOPOLL_BATCH_MIN = env_int("NEXOPOLL_BATCH_MIN", 8)
 NEXOPOLL_BATCH_SIZE = env_int("NEXOPOLL_BATCH_SIZE", 50)
 NEXOPOLL_BATCH_SLOW_MS = env_float("NEXOPOLL_BATCH_SLOW_MS", 50.0)
 NEXOPOLL_BATCH_BUDGET_SECS = env_float("NEXOPOLL_BATCH_BUDGET_SECS", 1.0)
+NEXOPOLL_BATCH_THREADS = env_int("NEXOPOLL_BATCH_THREADS", 32)
 # Outbox: delivery attempts before a row is dead-lettered; the sweeper period.
 NEXOPOLL_DELIVERY_MAX_ATTEMPTS = env_int("NEXOPOLL_DELIVERY_MAX_ATTEMPTS", 8)
 NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)

@@ -17,26 +17,32 @@ Per-job semantics stay those of a single tick. A busy lease skips that job alone
 A DB error in the shared commit rolls it back and each tick then commits alone, so
 one bad row never holds back the others. A transient failure is retried by a single
 ``nexopoll.tick`` message for that job. A job whose earlier tick never ended (its
-crash marker says so) runs in a message of its own, so a tick that kills its worker
-cannot make its batch-mates look like crashes; nor does a job whose last tick took
-longer than ``NEXOPOLL_BATCH_SLOW_MS``. And a slow poller never holds the
-rest for long: once a tick has run for ``NEXOPOLL_BATCH_SLOW_MS`` (a poller waiting
-on the network), or the batch for ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started
-yet go back to the queue as single ticks, which a threads pool runs side by side.
+crash marker says so) goes back to the queue as a single tick, so a tick that kills
+its worker cannot make its batch-mates look like crashes.
+
+A batch polls one job after another, which is the cheapest way for ticks that cost
+CPU only. A poller that waits on the network must not hold the rest back: once a tick
+has run for ``NEXOPOLL_BATCH_SLOW_MS``, or the batch for
+``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started yet poll side by side on the
+process's poll threads (``NEXOPOLL_BATCH_THREADS``), as do the jobs whose last tick
+was that slow. Beat keeps such jobs out of batches anyway (the slow set, see
+``tick._slow_mark``); this covers the ticks before it knows.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from nexopoll.core.decide import Decision
 
@@ -60,13 +66,16 @@ class _Ran:
 
 
 class _Work:
-    """The batch's jobs not started yet; ``spill`` takes back all of them at once."""
+    """The batch's jobs not started yet. The batch's thread takes them one by one; once
+    one stalls, the watchdog hands all the others to the shared poll threads at once."""
 
-    def __init__(self, job_ids: list[str]) -> None:
+    def __init__(self, job_ids: list[str], run: Callable[[str], None]) -> None:
         self._left = deque(job_ids)
         self._lock = threading.Lock()
+        self._run = run
         self.began = self.job_began = time.monotonic()
         self.done = threading.Event()
+        self.futures: list[Future] = []
 
     def next(self) -> str | None:
         with self._lock:
@@ -75,35 +84,46 @@ class _Work:
             self.job_began = time.monotonic()
             return self._left.popleft()
 
-    def spill(self) -> list[str]:
+    def side_by_side(self, job_ids: list[str] | None = None) -> int:
+        """Run ``job_ids`` (default: every job not started yet) on the poll threads."""
         with self._lock:
-            rest = list(self._left)
-            self._left.clear()
-            return rest
+            if job_ids is None:
+                job_ids = list(self._left)
+                self._left.clear()
+            for job_id in job_ids:
+                self.futures.append(_pool().submit(self._run, job_id))
+            return len(job_ids)
 
-    def stalled(self, slow: float, budget: float) -> bool:
-        now = time.monotonic()
-        return now - self.job_began > slow or now - self.began > budget
+    def watch(self) -> None:
+        """Once a tick has run longer than ``NEXOPOLL_BATCH_SLOW_MS`` (a poller waiting on
+        the network) or the batch longer than its budget, stop taking jobs one by one."""
+        slow = settings.NEXOPOLL_BATCH_SLOW_MS / 1000
+        budget = settings.NEXOPOLL_BATCH_BUDGET_SECS
+        while not self.done.wait(slow / 2):
+            now = time.monotonic()
+            if now - self.job_began > slow or now - self.began > budget:
+                if n := self.side_by_side():
+                    log.info("tick.batch_side_by_side jobs=%s", n)
+                return
 
 
-def _watch(client, work: _Work, held: dict[str, lease.Lease], ttls: dict[str, int]) -> None:
-    """The batch's watchdog: once a tick has run longer than ``NEXOPOLL_BATCH_SLOW_MS`` (a
-    poller that waits on the network) or the batch longer than its budget, the jobs not
-    started yet go back to the queue as single ticks, where they run side by side."""
-    slow = settings.NEXOPOLL_BATCH_SLOW_MS / 1000
-    budget = settings.NEXOPOLL_BATCH_BUDGET_SECS
-    while not work.done.wait(slow / 2):
-        if work.stalled(slow, budget):
-            rest = work.spill()
-            if rest:
-                log.info("tick.batch_spilled jobs=%s", len(rest))
-                _hand_back(client, [held[job_id] for job_id in rest], ttls)
-            return
+_executor: tuple[int, ThreadPoolExecutor] | None = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's poll threads (made after a fork, never inherited from the parent)."""
+    global _executor
+    with _executor_lock:
+        if _executor is None or _executor[0] != os.getpid():
+            size = max(1, settings.NEXOPOLL_BATCH_THREADS)
+            _executor = (os.getpid(), ThreadPoolExecutor(size, thread_name_prefix="nexopoll-poll"))
+        return _executor[1]
 
 
 def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], datetime]) -> list:
     """Tick every ``(job_id, lease_ttl_ms)`` of a batch; return one report per job that ran
-    here (spilled jobs went back to the queue as single ticks and have none)."""
+    here (jobs handed back went to the queue as single ticks and have none)."""
     client = get_redis()
     floor = int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)  # as a single tick's
     items = [(job_id, ttl or floor) for job_id, ttl in items]
@@ -120,29 +140,42 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
         for job_id in held:
             reports[job_id] = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
         rows = {}
-    # Run alone, as single ticks: a job with a tick that never ended (a crash? see the
-    # module docstring), and a job whose last tick waited on the network for longer than
-    # NEXOPOLL_BATCH_SLOW_MS (single ticks of a threads pool wait side by side).
-    slow = settings.NEXOPOLL_BATCH_SLOW_MS
-    alone = [job_id for job_id, got in held.items() if job_id in rows and (
-        got.unfinished or (rows[job_id]["last_latency_ms"] or 0) > slow)]  # fmt: skip
+    # a job with a tick that never ended (a crash?) runs alone: see the module docstring
+    alone = [job_id for job_id, got in held.items() if job_id in rows and got.unfinished]
     _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
-    order = [job_id for job_id, _ in items if job_id in held and job_id not in reports]
-    work = _Work(order)
-    watchdog = threading.Thread(target=_watch, args=(client, work, held, ttls), daemon=True)
-    watchdog.start()
     ran: list[_Ran] = []
     started: dict[str, datetime] = {}
-    try:
-        while (job_id := work.next()) is not None:
-            started[job_id] = now = clock()
+    done = threading.Lock()  # the batch's thread and the poll threads add results
+
+    def run(job_id: str, *, inline: bool = False) -> None:
+        started[job_id] = now = clock()
+        try:
             result = _tick_one(job_id, rows.get(job_id), now, held[job_id])
+        finally:
+            if not inline:
+                connections.close_all()  # a poll thread's rare DB access (a cache miss)
+        with done:
             if isinstance(result, _Ran):
                 ran.append(result)
             else:
                 reports[job_id] = result
+
+    # a job whose last tick waited on the network polls on the poll threads at once
+    order = [job_id for job_id, _ in items if job_id in held and job_id not in reports]
+    slow = settings.NEXOPOLL_BATCH_SLOW_MS
+    waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
+    work = _Work([j for j in order if j not in set(waits)], run)
+    work.side_by_side(waits)
+    watchdog = threading.Thread(target=work.watch, daemon=True)
+    watchdog.start()
+    try:
+        while (job_id := work.next()) is not None:
+            run(job_id, inline=True)
     finally:
         work.done.set()
+        watchdog.join()
+        for future in work.futures:
+            future.exception()  # wait; run() keeps every tick's failure to that tick
         for r in _commit(ran):
             reports[r.job_id] = r
         _release(client, reports, held, started, busy, clock)
