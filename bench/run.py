@@ -16,12 +16,15 @@ way, by writing a pollers.yaml of ``noop`` jobs (bench/noop.py) and running
    ``bench.noop`` (bench/rawtask.py, loaded with ``-I``). nexopoll: ``nexopoll.tick``
    for M/3 noop jobs, 3 times each, round-robin, so the measured ticks find the
    per-job definition cache warm, as in steady state; no beat. The DB is checked
-   afterwards (ticks_total, last_status == "ok").
+   afterwards (ticks_total, last_status == "ok"). Then the same ticks again as
+   ``nexopoll.tick_batch`` messages of BATCH jobs each (what beat sends when many jobs
+   fall due together): CPU per tick, against the same raw Celery figure.
 2. Beat CPU per dispatch, stock ``redbeat.RedBeatScheduler`` vs nexopoll's
    ``NexopollScheduler``: N entries every I s, phase-spread over the interval (stock:
    ``last_run_at`` spread over the last interval; nexopoll: its stagger with
    jitter = I). No worker runs: dispatches are counted as the growth of the queue list
-   over the window; beat CPU is read with psutil over the same window, after warm-up.
+   over the window (a batch message counts its ticks); beat CPU is read with psutil
+   over the same window, after warm-up.
    Both beats run at ``-l warning`` and beat_max_loop_interval = 1 s (nexopoll's
    setting; stock RedBeat's 300 s default would oversleep).
 3. Scheduling lag, the real stack: nexopoll beat + one worker ``-c 2`` running noop
