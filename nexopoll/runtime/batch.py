@@ -46,7 +46,7 @@ from django.db import DatabaseError, connections
 
 from nexopoll.core.decide import Decision
 
-from . import lease, metricstore, store, tick, tickfail
+from . import lease, metricstore, store, tick, tickfail, tickwrite
 from .history import record_many
 from .redis import get_redis
 from .store import Fenced
@@ -244,7 +244,7 @@ def _commit(ran: list[_Ran]) -> list[tick.TickReport]:
 def _commit_alone(r: _Ran) -> tick.TickReport:
     report = r.report
     try:
-        tick.commit(r.write)
+        tickwrite.commit(r.write)
     except Fenced:
         report = tick.fenced(r.t)
     except DatabaseError as exc:

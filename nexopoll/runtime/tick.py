@@ -33,7 +33,6 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 from nexopoll.net.transport import host_gate
 
-from ..models import Delivery
 from . import (
     definitions,
     history,
@@ -41,10 +40,10 @@ from . import (
     lease,
     logredact,
     metricstore,
-    pacing,
     politeness,
     store,
     tickfail,
+    tickwrite,
 )  # fmt: skip
 from .definitions import JobDef
 from .host import PendingDelivery, TickHost, run_after_commit
@@ -290,7 +289,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         decision = plan_failure(t.start, classify(exc), message, now=now, policy=t.policy,
                                 next_slot_at=t.next_slot_at, retry_after=retry_after)  # fmt: skip
         report.status, report.error = decision.status, message
-    report.deliveries += _notices(job, decision, now)
+    report.deliveries += tickwrite.notices(job, decision, now)
     if decision.retry_in is not None:
         report.retry_at = now + decision.retry_in
     return report, decision, ack, latency_ms
@@ -304,7 +303,7 @@ def _finish(
     if isinstance(write, TickReport):
         return write
     try:
-        commit(write)
+        tickwrite.commit(write)
     except Fenced:
         return fenced(t)
     except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
@@ -318,7 +317,9 @@ def stage(
 ) -> store.TickWrite | TickReport:
     """The tick's fenced write (state fields, counters, outbox rows), or the report of a
     tick that must not commit (its lease was lost)."""
-    fields = _state_fields(decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack)
+    fields = tickwrite.state_fields(
+        decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack
+    )
     secrets = t.job.secret_values(secret_env())
     for name in ("last_error", "paused_reason"):  # what operators see: never a secret
         if fields.get(name):
@@ -330,7 +331,7 @@ def stage(
     if held is not None and latency_ms > held.ttl_ms / 2 and not tickfail.extended(held):
         log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
         return TickReport(t.job.job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
-    return _write(t, fields, report)
+    return tickwrite.build_write(t, fields, report)
 
 
 def fenced(t: _Tick) -> TickReport:
@@ -392,81 +393,6 @@ def _describe(exc: BaseException) -> str:
 
 def _tb(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-4000:]
-
-
-def _notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDelivery]:
-    if not job.failure_to or not (decision.send_alert or decision.send_recovery):
-        return []
-    if decision.send_alert:
-        text = f"⚠ poller `{job.job_id}` (kind={job.kind}) failing: {decision.error}"
-        if decision.pause_reason:
-            text += " — the job is paused"
-        purpose = "alert"
-    else:
-        text = f"✅ poller `{job.job_id}` (kind={job.kind}) recovered"
-        purpose = "recovery"
-    text = redact(text, job.secret_values(secret_env()))
-    payload = {"text": text, "job_id": job.job_id, "kind": job.kind, "at": now.isoformat()}
-    return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
-
-
-def _state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, Any]:
-    h = decision.health
-    fields: dict[str, Any] = {
-        "consecutive_errors": h.consecutive_errors,
-        "breaker_open_until": h.open_until,
-        "breaker_trips": h.trips,
-        "breaker_trial_at": h.trial_started_at,
-        "running_since": None,
-        "last_run_at": now,
-        "last_status": decision.status,
-        "last_error": decision.error,
-        "last_latency_ms": latency_ms,
-        "next_run_at": max(nxt, decision.not_before) if nxt and decision.not_before else nxt,
-        "alert_active": decision.alert_active,
-        "last_failure_alert_at": decision.last_failure_alert_at,
-        "updated_at": now,
-    }
-    if decision.pause_reason:
-        fields["paused"] = True
-        fields["paused_reason"] = decision.pause_reason
-    if ack is not None and ack.next_cursor is not None:
-        fields["cursor"] = ack.next_cursor
-    return fields
-
-
-def _write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
-    due = pacing.due_times(t.job, report.deliveries, now=t.now)
-    rows = [
-        Delivery(
-            job_id=t.job.job_id,
-            agent=t.job.agent,
-            epoch=t.epoch,
-            purpose=d.purpose,
-            channel=d.channel,
-            recipient=d.recipient,
-            payload=d.payload,
-            next_attempt_at=at,
-            created_at=t.now,
-        )
-        for d, at in zip(report.deliveries, due, strict=True)
-    ]
-    increments = {
-        "ticks_total": 1,
-        "items_seen_total": report.items_seen,
-        "items_dispatched_total": report.items_dispatched,
-    }
-    report.delivery_ids = [str(r.id) for r in rows]
-    changed = store.changed(t.row, fields)
-    return store.TickWrite(t.job.job_id, t.epoch, changed, increments, rows, t.expect)
-
-
-def _commit(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
-    commit(_write(t, fields, report))
-
-
-def commit(w: store.TickWrite) -> None:
-    store.commit_tick(w.job_id, w.epoch, w.fields, w.increments, w.deliveries, w.expect)
 
 
 def enqueue_deliveries(ids: list[str]) -> None:

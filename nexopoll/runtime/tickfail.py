@@ -16,7 +16,7 @@ from nexopoll.core.decide import plan_failure
 from nexopoll.core.errors import ErrorClass
 from nexopoll.core.redact import redact
 
-from . import lease, store, tick
+from . import lease, store, tick, tickwrite
 from .redis import get_redis
 from .secretenv import secret_env
 from .store import Fenced
@@ -64,20 +64,20 @@ def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.Ti
     log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
     decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
                             next_slot_at=t.next_slot_at)  # fmt: skip
-    fields = tick._state_fields(
+    fields = tickwrite.state_fields(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=None
     )
     fields["crash_count"] = 0
     report = tick.TickReport(
         job_id, "permanent", reason="commit refused", epoch=t.epoch, error=message
     )
-    report.deliveries = tick._notices(t.job, decision, t.now)
+    report.deliveries = tickwrite.notices(t.job, decision, t.now)
     try:
-        tick._commit(t, fields, report)
+        tickwrite.commit_fields(t, fields, report)
     except DatabaseError:  # the alert row itself may be what the DB refuses: state alone
         store.drop_if_unusable()
         report.deliveries = []
-        if not best_effort(lambda: tick._commit(t, fields, report)):
+        if not best_effort(lambda: tickwrite.commit_fields(t, fields, report)):
             return report
     except Fenced:
         return report

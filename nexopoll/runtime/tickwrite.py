@@ -1,0 +1,94 @@
+"""What a tick writes: its state fields, its alert or recovery notice, its outbox rows,
+and the one fenced write that stores them (``store.TickWrite``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from nexopoll.core.decide import Decision
+from nexopoll.core.redact import redact
+
+from ..models import Delivery
+from . import pacing, store
+from .host import PendingDelivery
+from .secretenv import secret_env
+
+if TYPE_CHECKING:
+    from .definitions import JobDef
+    from .tick import TickReport, _Tick
+
+
+def notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDelivery]:
+    if not job.failure_to or not (decision.send_alert or decision.send_recovery):
+        return []
+    if decision.send_alert:
+        text = f"⚠ poller `{job.job_id}` (kind={job.kind}) failing: {decision.error}"
+        if decision.pause_reason:
+            text += " — the job is paused"
+        purpose = "alert"
+    else:
+        text = f"✅ poller `{job.job_id}` (kind={job.kind}) recovered"
+        purpose = "recovery"
+    text = redact(text, job.secret_values(secret_env()))
+    payload = {"text": text, "job_id": job.job_id, "kind": job.kind, "at": now.isoformat()}
+    return [PendingDelivery(job.failure_to["channel"], job.failure_to["to"], payload, purpose)]
+
+
+def state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, Any]:
+    h = decision.health
+    fields: dict[str, Any] = {
+        "consecutive_errors": h.consecutive_errors,
+        "breaker_open_until": h.open_until,
+        "breaker_trips": h.trips,
+        "breaker_trial_at": h.trial_started_at,
+        "running_since": None,
+        "last_run_at": now,
+        "last_status": decision.status,
+        "last_error": decision.error,
+        "last_latency_ms": latency_ms,
+        "next_run_at": max(nxt, decision.not_before) if nxt and decision.not_before else nxt,
+        "alert_active": decision.alert_active,
+        "last_failure_alert_at": decision.last_failure_alert_at,
+        "updated_at": now,
+    }
+    if decision.pause_reason:
+        fields["paused"] = True
+        fields["paused_reason"] = decision.pause_reason
+    if ack is not None and ack.next_cursor is not None:
+        fields["cursor"] = ack.next_cursor
+    return fields
+
+
+def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
+    due = pacing.due_times(t.job, report.deliveries, now=t.now)
+    rows = [
+        Delivery(
+            job_id=t.job.job_id,
+            agent=t.job.agent,
+            epoch=t.epoch,
+            purpose=d.purpose,
+            channel=d.channel,
+            recipient=d.recipient,
+            payload=d.payload,
+            next_attempt_at=at,
+            created_at=t.now,
+        )
+        for d, at in zip(report.deliveries, due, strict=True)
+    ]
+    increments = {
+        "ticks_total": 1,
+        "items_seen_total": report.items_seen,
+        "items_dispatched_total": report.items_dispatched,
+    }
+    report.delivery_ids = [str(r.id) for r in rows]
+    changed = store.changed(t.row, fields)
+    return store.TickWrite(t.job.job_id, t.epoch, changed, increments, rows, t.expect)
+
+
+def commit_fields(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
+    commit(build_write(t, fields, report))
+
+
+def commit(w: store.TickWrite) -> None:
+    store.commit_tick(w.job_id, w.epoch, w.fields, w.increments, w.deliveries, w.expect)
