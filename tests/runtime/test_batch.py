@@ -51,6 +51,24 @@ def clock():
     return timezone.now()
 
 
+def batch_in_thread(redis_client, ids: list[str], hold: str) -> tuple[threading.Thread, dict]:
+    """Run the batch in a thread of its own (its own DB connection), with ``hold``'s
+    poller waiting at its barrier until the test deletes ``test:hold:<hold>``."""
+    redis_client.set(f"test:block_once:{hold}", "1")
+    redis_client.set(f"test:hold:{hold}", "1")
+    result: dict = {}
+
+    def batch() -> None:
+        try:
+            result["r"] = run_batch([(i, TTL) for i in ids], clock=clock)
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=batch)
+    t.start()
+    return t, result
+
+
 def singles(redis_client) -> list[tuple[str, list]]:
     return [(task, args) for task, args in messages(redis_client) if task == "nexopoll.tick"]
 
@@ -112,18 +130,7 @@ def test_a_failing_job_fails_alone_and_retries_alone(cfg, redis_client):
 def test_a_fenced_tick_in_a_batch_writes_nothing_and_the_others_commit(cfg, redis_client):
     ids = jobs(3)
     setup(cfg, redis_client, ids)
-    redis_client.set("test:block_once:j01", "1")
-    redis_client.set("test:hold:j01", "1")
-    result: dict = {}
-
-    def batch() -> None:
-        try:
-            result["r"] = run_batch([(i, TTL) for i in ids], clock=clock)
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=batch)
-    t.start()
+    t, result = batch_in_thread(redis_client, ids, hold="j01")
     wait_for(lambda: redis_client.get("test:blocked:j01"), 10, what="j01 at the barrier")
     redis_client.delete(lease.lease_key("j01"))  # its lease expired; another tick runs it
     redis_client.rpush("test:src:j01", 9)
@@ -178,18 +185,7 @@ def test_a_job_that_waits_does_not_hold_back_the_rest_which_poll_side_by_side(
     settings.NEXOPOLL_BATCH_SLOW_MS = 300
     ids = jobs(6)
     setup(cfg, redis_client, ids)
-    redis_client.set("test:block_once:j01", "1")
-    redis_client.set("test:hold:j01", "1")
-    result: dict = {}
-
-    def batch() -> None:
-        try:
-            result["r"] = run_batch([(i, TTL) for i in ids], clock=clock)
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=batch)
-    t.start()
+    t, result = batch_in_thread(redis_client, ids, hold="j01")
     # while j01 hangs in its poller, the four jobs after it poll on the poll threads
     wait_for(lambda: all(redis_client.llen(f"test:done:{i}") for i in ids[2:]), 10,
              what="the rest polled")  # fmt: skip
