@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,9 @@ from typing import Any
 
 import redis
 
-from .lease import Lease, release_in
+from .lease import Lease, release_in, released
+
+log = logging.getLogger("nexopoll.tick")
 
 HISTORY_LEN = 100
 _PREFIX = "nexopoll:history:"
@@ -110,8 +113,10 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
     results come first in the returned list)."""
     pipe = pipe if pipe is not None else client.pipeline(transaction=False)
     lens: list[tuple[str, int]] = []
+    releases: list[tuple[Lease, int]] = []
     for e in entries_:
         if e.held is not None:
+            releases.append((e.held, len(pipe)))
             release_in(client, pipe, e.held)
         if e.metrics is not None:
             e.metrics(pipe)
@@ -120,6 +125,11 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
         _queue(pipe, e)
         lens.append((e.job_id, len(pipe) - 1))
     results = pipe.execute(raise_on_error=False)
+    for held, at in releases:
+        try:
+            released(client, held, results[at])
+        except redis.exceptions.RedisError as exc:  # the lease expires on its own
+            log.warning("lease.release_failed job=%s: %s", held.job_id, exc)
     for job_id, at in lens:
         if isinstance(results[at], int) and results[at] > HISTORY_LEN + 20:
             _drop_orphan_cursors(client, job_id)

@@ -104,18 +104,46 @@ def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
 def try_acquire_many(client: redis.Redis, wanted: list[tuple[str, int]]) -> dict[str, Lease]:
     """Take the leases of a batch of ``(job_id, ttl_ms)`` in one pipelined round trip;
     return those taken, by job id (a job whose lease another tick holds is left out)."""
-    script = _script(client, _ACQUIRE)
     tokens = [f"{_HOLDER}:{secrets.token_hex(8)}" for _ in wanted]
-    pipe = client.pipeline(transaction=False)
-    for (job_id, ttl_ms), token in zip(wanted, tokens, strict=True):
-        keys = [lease_key(job_id), running_key(job_id)]
-        script(keys=keys, args=[token, ttl_ms, RUNNING_TTL_MS], client=pipe)
-    started = pipe.execute()
+    calls = [
+        ([lease_key(job_id), running_key(job_id)], [token, ttl_ms, RUNNING_TTL_MS])
+        for (job_id, ttl_ms), token in zip(wanted, tokens, strict=True)
+    ]
+    started = run_in_pipeline(client, _ACQUIRE, calls)
     return {
         job_id: Lease(job_id, token, ttl_ms, int(n))
         for (job_id, ttl_ms), token, n in zip(wanted, tokens, started, strict=True)
         if int(n)
     }
+
+
+def run_in_pipeline(client: redis.Redis, source: str, calls: list[tuple[list, list]]) -> list:
+    """Run the script once per ``(keys, args)`` in one pipelined round trip."""
+    pipe = client.pipeline(transaction=False)
+    for keys, args in calls:
+        queue_script(client, pipe, source, keys, args)
+    results = pipe.execute(raise_on_error=False)
+    return [
+        rerun_if_unloaded(client, source, result, keys, args)
+        for result, (keys, args) in zip(results, calls, strict=True)
+    ]
+
+
+def queue_script(client: redis.Redis, pipe: Any, source: str, keys: list, args: list) -> None:
+    """Queue the script on ``pipe`` by its SHA alone. (redis-py's ``Script`` on a pipeline
+    first asks ``SCRIPT EXISTS``: one more round trip on every execute.) A server that
+    does not know the script yet answers NOSCRIPT for that command alone, without
+    running it; ``rerun_if_unloaded`` then runs it through ``Script``, which loads it."""
+    pipe.evalsha(_script(client, source).sha, len(keys), *keys, *args)
+
+
+def rerun_if_unloaded(client: redis.Redis, source: str, result: Any, keys: list, args: list):
+    """``result`` of a ``queue_script`` call, run again if the server lacked the script."""
+    if isinstance(result, redis.exceptions.NoScriptError):
+        return _script(client, source)(keys=keys, args=args)
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def extend(client: redis.Redis, lease: Lease) -> bool:
@@ -131,19 +159,22 @@ def release(client: redis.Redis, lease: Lease) -> bool:
 
 
 def release_in(client: redis.Redis, pipe: redis.client.Pipeline, lease: Lease) -> None:
-    """Queue ``release(lease)`` on ``pipe`` (a pipeline of ``client``), by the script's SHA."""
+    """Queue ``release(lease)`` on ``pipe`` (a pipeline of ``client``), by the script's SHA;
+    pass its result to ``released`` after the pipeline ran."""
+    queue_script(client, pipe, _RELEASE, [lease.key, running_key(lease.job_id)], [lease.token])
+
+
+def released(client: redis.Redis, lease: Lease, result: Any) -> bool:
+    """The outcome of a ``release_in``, released again if the server lacked the script."""
     keys = [lease.key, running_key(lease.job_id)]
-    _script(client, _RELEASE)(keys=keys, args=[lease.token], client=pipe)
+    return bool(rerun_if_unloaded(client, _RELEASE, result, keys, [lease.token]))
 
 
 def hand_back_many(client: redis.Redis, leases: list[Lease]) -> None:
     """Give back leases whose ticks never started (one round trip): each crash marker
     keeps the count it had before the lease was taken."""
-    script = _script(client, _HAND_BACK)
-    pipe = client.pipeline(transaction=False)
-    for held in leases:
-        script(keys=[held.key, running_key(held.job_id)], args=[held.token], client=pipe)
-    pipe.execute()
+    calls = [([held.key, running_key(held.job_id)], [held.token]) for held in leases]
+    run_in_pipeline(client, _HAND_BACK, calls)
 
 
 _scripts: dict[tuple[int, str], Script] = {}

@@ -237,3 +237,18 @@ def test_a_tick_keeps_its_job_in_the_slow_set_beat_reads_while_it_waits_on_the_n
     assert slow.latency_ms > 50 and redis_client.smembers(slow_set) == {"a"}
     fast = tick_job("a", now=timezone.now())  # answers at once again: out of the set
     assert fast.latency_ms < 50 and redis_client.smembers(slow_set) == set()
+
+
+def test_a_redis_that_lost_its_scripts_still_takes_and_releases_every_lease(cfg, redis_client):
+    """Scripts go by SHA alone in the pipelines (no SCRIPT EXISTS round trip); a server
+    restarted since, or flushed, answers NOSCRIPT and each call is run again, loading it."""
+    ids = jobs(3)
+    setup(cfg, redis_client, ids)
+    tick_job("j00", now=timezone.now())  # the scripts are loaded now
+    redis_client.script_flush()
+    reports = run_batch([(i, TTL) for i in ids], clock=clock)
+    assert all(r.committed for r in reports)
+    redis_client.script_flush()
+    assert tick_job("j01", now=timezone.now()).committed
+    for job_id in ids:
+        assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
