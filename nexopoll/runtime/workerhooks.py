@@ -9,16 +9,20 @@ Before each task:
   ``CELERY_DB_REUSE_MAX`` tasks and never asks whether it still works;
 - register the secrets of every stored job and agent with the log redactor (at
   most once a minute), so Celery's and the libraries' log lines are masked too.
+
+When a process that runs tasks starts (a prefork child; the worker itself for the
+threads and solo pools), its job definitions start loading in a background thread:
+the first ticks load their own job meanwhile instead of waiting for every job's.
 """
 
 from __future__ import annotations
 
 import logging
 
-from celery.signals import task_failure, task_prerun
+from celery.signals import task_failure, task_prerun, worker_process_init, worker_ready
 from django.db import close_old_connections
 
-from . import logredact
+from . import definitions, logredact
 
 log = logging.getLogger("nexopoll.worker")
 
@@ -42,3 +46,16 @@ def _before_task(task=None, **_: object) -> None:
 @task_failure.connect(weak=False)
 def _after_failure(**_: object) -> None:
     close_old_connections()  # a DB error left the connection broken: drop it now
+
+
+@worker_process_init.connect(weak=False)
+def _child_started(**_: object) -> None:
+    definitions.warm_in_background()
+
+
+@worker_ready.connect(weak=False)
+def _worker_ready(sender=None, **_: object) -> None:
+    from celery.concurrency.prefork import TaskPool
+
+    if not isinstance(getattr(sender, "pool", None), TaskPool):  # prefork: each child does
+        definitions.warm_in_background()
