@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
-from nexopoll.core.schedule import next_slot, schedule_to_dict
+from nexopoll.core.schedule import next_slot
 from nexopoll.core.yamlsrc import MAX_BYTES
 
+from . import reloadwrite
 from .channels import binding_schemas
 from .models import Agent, PollJob, PollState
 from .runtime import definitions
@@ -89,15 +92,20 @@ def _globals(loaded: LoadedConfig) -> dict[str, Any]:
 
 
 def reload_config(
-    *, now: datetime, dry_run: bool = False, strict: bool = False, path: Path | None = None
-) -> ReloadResult:
+    *, now: datetime, dry_run: bool = False, strict: bool = False, path: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ReloadResult:  # fmt: skip
     """Validate every job, then apply ``{add, replace, remove, keep}`` in one transaction.
 
     A job whose new definition is invalid keeps its last good one (``kept_invalid``).
     Raises ``ConfigFileError`` when the file as a whole is unusable (nothing applied)
-    and ``ReloadRefused`` under ``strict`` when any job is invalid.
+    and ``ReloadRefused`` under ``strict`` when any job is invalid. ``progress`` is
+    told how a reload of at least ``PROGRESS_JOBS`` jobs goes (a line per step).
     """
+    started = time.monotonic()
     loaded = load_file(now=now, path=path)
+    say = _stopwatch(progress if len(loaded.jobs) >= PROGRESS_JOBS else None, started)
+    say(f"{len(loaded.jobs)} jobs read and validated ({len(loaded.issues)} problems)")
     if strict and loaded.issues:
         raise ReloadRefused(loaded.issues)
     glob = _globals(loaded)
@@ -116,24 +124,41 @@ def reload_config(
     res.kept_invalid = sorted(invalid & set(current) - set(desired))
     if dry_run:
         return res
+    say(f"writing: {len(res.add)} to add, {len(res.replace)} to replace, "
+        f"{len(res.remove)} to remove, {len(res.keep)} unchanged")  # fmt: skip
     with transaction.atomic():
         _apply_agents(loaded, keep_for=res.kept_invalid)
-        _write_jobs(desired, glob, add=res.add, replace=res.replace, now=now)
-        PollJob.objects.filter(job_id__in=res.remove).delete()
-        PollState.objects.filter(job_id__in=res.remove).update(definition_hash="")
+        reloadwrite.write_jobs(desired, glob, add=res.add, replace=res.replace, now=now,
+                               progress=say)  # fmt: skip
+        reloadwrite.delete(PollJob, res.remove)
+        for ids in reloadwrite.chunks(res.remove):
+            PollState.objects.filter(job_id__in=ids).update(definition_hash="")
         changed = res.add + res.replace
-        transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now))
+        transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now, progress=say))
         transaction.on_commit(lambda: _retry_held(now=now))
+        say("committing")
     res.applied = True
     log.info(
-        "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s",
+        "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s secs=%.1f",
         len(res.add),
         len(res.replace),
         len(res.remove),
         len(res.keep),
         len(res.issues),
+        time.monotonic() - started,
     )
     return res
+
+
+PROGRESS_JOBS = 10_000  # a reload of this many jobs or more tells how it goes
+
+
+def _stopwatch(progress: Callable[[str], None] | None, started: float) -> Callable[[str], None]:
+    def say(step: str) -> None:
+        if progress is not None:
+            progress(f"reload {time.monotonic() - started:6.1f}s  {step}")
+
+    return say
 
 
 def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
@@ -143,61 +168,15 @@ def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
     Agent.objects.exclude(agent_id__in=set(loaded.agents) | still_used).delete()
 
 
-BATCH = 500
-
-
-def _job_row(spec: Any, rhash: str, glob: dict[str, Any], now: datetime) -> PollJob:
-    failure_to = spec.failure_to and {"channel": spec.failure_to.channel, "to": spec.failure_to.to}
-    return PollJob(
-        job_id=spec.id, kind=spec.kind, agent=spec.agent,
-        schedule=schedule_to_dict(spec.schedule), jitter_ms=spec.jitter_ms, config=spec.config,
-        failure_to=failure_to or None, paused_on_boot=spec.paused_on_boot, definition_hash=rhash,
-        source_line=spec.line, created_at=now, updated_at=now, host_limits=spec.host_limits,
-        **glob,
-    )  # fmt: skip
-
-
-def _write_jobs(
-    desired: dict[str, Any], glob: dict[str, Any], *, add: list[str], replace: list[str],
-    now: datetime,
+def _sync_redbeat(
+    upsert: list[str], remove: list[str], *, now: datetime,
+    progress: Callable[[str], None] | None = None,
 ) -> None:  # fmt: skip
-    """Insert added jobs and update replaced ones in bulk (10,000 jobs in seconds).
-
-    Added jobs get a state row, paused when ``paused_on_boot``; a job added back
-    after a removal finds its old state row and keeps its cursor.
-    """
-    # a replaced definition is rewritten whole (nothing references poll_job rows)
-    PollJob.objects.filter(job_id__in=replace).delete()
-    rows = [_job_row(*desired[i], glob, now) for i in add + replace]
-    PollJob.objects.bulk_create(rows, batch_size=BATCH)
-    had_state = set(PollState.objects.filter(job_id__in=add).values_list("job_id", flat=True))
-    PollState.objects.bulk_create(
-        [
-            PollState(
-                job_id=i,
-                definition_hash=desired[i][1],
-                paused=desired[i][0].paused_on_boot,
-                paused_reason="paused_on_boot" if desired[i][0].paused_on_boot else "",
-            )
-            for i in add
-            if i not in had_state
-        ],
-        batch_size=BATCH,
-    )
-    rehash = [(desired[i][1], i) for i in replace + [i for i in add if i in had_state]]
-    with connection.cursor() as cur:
-        cur.executemany("UPDATE poll_state SET definition_hash = %s WHERE job_id = %s", rehash)
-    for i in add:
-        if i in had_state and desired[i][0].paused_on_boot:
-            PollState.objects.filter(job_id=i).update(paused=True, paused_reason="paused_on_boot")
-
-
-def _sync_redbeat(upsert: list[str], remove: list[str], *, now: datetime) -> None:
     from .runtime.redbeat_sync import sync_jobs
     from .runtime.redis import get_redis
 
     try:
-        sync_jobs(get_redis(), upsert=upsert, remove=remove, now=now)
+        sync_jobs(get_redis(), upsert=upsert, remove=remove, now=now, progress=progress)
     except Exception as exc:
         log.warning(
             "reload.redbeat_sync_failed: %s; beat re-syncs within %ss",

@@ -63,22 +63,29 @@ def _score(job: JobDef, now: datetime) -> float:
 
 
 def write_entries(client: Any, jobs: Iterable[JobDef], *, now: datetime) -> int:
-    """Write (or rewrite) the entries of ``jobs`` with their next slot after ``now``."""
+    """Write (or rewrite) the entries of ``jobs`` with their next slot after ``now``.
+
+    One pipeline: each entry's definition (its meta only if new), then the schedule's
+    scores and the installed hashes of all of them in one command each.
+    """
     jobs = list(jobs)
     if not jobs:
         return 0
-    n = 0
+    scores: dict[str, float] = {}
+    hashes: dict[str, str] = {}
+    meta = json.dumps({"last_run_at": None})
     with client.pipeline(transaction=False) as pipe:
         for job in jobs:
             key = keys.entry_key(job.job_id)
             pipe.hset(key, "definition", entry_definition(job, now=now))
-            pipe.hsetnx(key, "meta", json.dumps({"last_run_at": None}))
-            pipe.zadd(keys.schedule_key(), {key: _score(job, now)})
-            pipe.hset(keys.hashes_key(), job.job_id, installed_hash(job.definition_hash))
-            n += 1
+            pipe.hsetnx(key, "meta", meta)
+            scores[key] = _score(job, now)
+            hashes[job.job_id] = installed_hash(job.definition_hash)
+        pipe.zadd(keys.schedule_key(), scores)
+        pipe.hset(keys.hashes_key(), mapping=hashes)
         pipe.incr(keys.version_key())
         pipe.execute()
-    return n
+    return len(jobs)
 
 
 def delete_entries(client: Any, job_ids: Iterable[str]) -> int:
@@ -147,10 +154,21 @@ def resync_from_db(
     }
 
 
-def sync_jobs(client: Any, *, upsert: Iterable[str], remove: Iterable[str], now: datetime) -> None:
+def sync_jobs(
+    client: Any, *, upsert: Iterable[str], remove: Iterable[str], now: datetime,
+    progress: Callable[[str], None] | None = None,
+) -> None:  # fmt: skip
     """Apply a reload's changes to RedBeat right away (beat's resync covers a failure here)."""
-    write_entries(client, load_all(list(upsert)), now=now)
+    jobs = load_all(list(upsert))
+    for n, chunk in enumerate(_chunks(jobs, SYNC_CHUNK), 1):
+        write_entries(client, chunk, now=now)
+        done = min(n * SYNC_CHUNK, len(jobs))
+        if progress and (n % 5 == 0 or done == len(jobs)):
+            progress(f"RedBeat: {done}/{len(jobs)} entries written")
     delete_entries(client, remove)
+
+
+SYNC_CHUNK = 5000  # entries per pipeline when a reload writes them
 
 
 def fingerprint(client: Any) -> tuple:

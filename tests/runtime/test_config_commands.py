@@ -104,3 +104,6 @@ def test_the_real_cli_works_with_a_broken_file(tmp_path, redis_server):
     assert check.returncode == 1 and f"{config}:5:" in check.stderr
     reload = manage("pollers", "reload")
     assert reload.returncode == 1 and f"{config}:5:" in reload.stderr
+    # reload and check report the file's problems themselves: the system check, which
+    # would parse the file a second time, is not run for them
+    assert "nexopoll.W002" not in reload.stderr + check.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.checks.registry import registry
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
@@ -14,6 +15,15 @@ from nexopoll.core.config import ConfigFileError
 
 class Command(BaseCommand):
     help = "Inspect and control poll jobs (the YAML owns definitions; this controls them)."
+
+    def get_check_kwargs(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``reload`` and ``check`` validate pollers.yaml and report its problems
+        themselves: the system check's copy of that would parse it a second time
+        (seconds for 100,000 jobs) to print the same problems as warnings."""
+        kwargs = super().get_check_kwargs(options)
+        if options.get("verb") in ("reload", "check"):
+            kwargs["tags"] = sorted(registry.tags_available() - {"nexopoll"})
+        return kwargs
 
     def add_arguments(self, parser: CommandParser) -> None:
         if parser.prog == "nexopoll pollers":  # the `nexopoll` console script
@@ -176,8 +186,9 @@ class Command(BaseCommand):
 
     def do_reload(self, **opts: Any) -> None:
         res = services.reload_config(
-            now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"]
-        )
+            now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"],
+            progress=self.stderr.write,  # a big reload's steps, as they end
+        )  # fmt: skip
         if opts["json"]:
             self._json(res.as_dict())
             return self._fail_on_issues(res)

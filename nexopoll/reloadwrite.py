@@ -1,0 +1,135 @@
+"""A reload's DB writes, in bulk: 100,000 added jobs in seconds on SQLite and PostgreSQL.
+
+Rows go in through ``COPY`` on PostgreSQL and one ``executemany`` of a one-row ``INSERT``
+on SQLite (which runs it in C), with values prepared once per column where they do not vary,
+instead of ``bulk_create``, whose model instances, per-field preparation and huge
+multi-row statements cost more than the database did. Lists of ids are sent in
+chunks, or the whole table is read when most of it is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, models
+
+from nexopoll.core.schedule import schedule_to_dict
+
+from .models import PollJob, PollState
+
+CHUNK = 1000  # ids per IN (...) list
+ROWS = 5000  # rows per executemany (and per progress line)
+# columns whose values the caller gives as the DB takes them (str, int, float, bool)
+_AS_IS = {"CharField", "TextField", "IntegerField", "BigIntegerField", "BooleanField",
+          "FloatField"}  # fmt: skip
+
+Progress = Callable[[str], None]
+
+
+def insert_rows(
+    model: type[models.Model], rows: list[dict[str, Any]], progress: Progress | None = None,
+    **same: Any,
+) -> None:  # fmt: skip
+    """INSERT ``rows`` (field name → value; every row names the same fields), each with
+    the ``same`` values, the other fields at their defaults. No signals, no ``save()``."""
+    if not rows:
+        return
+    fields = model._meta.concrete_fields
+    varying = [f for f in fields if f.name in rows[0]]
+    fixed = {
+        f.name: f.get_db_prep_save(same[f.name] if f.name in same else f.get_default(), connection)
+        for f in fields
+        if f.name not in rows[0]
+    }
+    columns = [*varying, *(f for f in fields if f.name in fixed)]
+    tail = tuple(fixed[f.name] for f in columns[len(varying) :])
+    preps = [_prep(f) for f in varying]
+    names = [f.name for f in varying]
+    quote = connection.ops.quote_name
+    into = f"{quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in columns)})"
+    with connection.cursor() as cur:
+        for start in range(0, len(rows), ROWS):
+            params = [
+                (*(p(row[n]) if p else row[n] for n, p in zip(names, preps, strict=True)), *tail)
+                for row in rows[start : start + ROWS]
+            ]
+            if connection.vendor == "postgresql":  # COPY: 5x faster than pipelined INSERTs
+                with cur.cursor.copy(f"COPY {into} FROM STDIN") as copy:
+                    for values in params:
+                        copy.write_row(values)
+            else:
+                cur.executemany(f"INSERT INTO {into} VALUES ({', '.join(['%s'] * len(columns))})",
+                                params)  # fmt: skip
+            done = start + len(params)
+            if progress and len(rows) > ROWS and (done % (5 * ROWS) == 0 or done == len(rows)):
+                progress(f"{model._meta.db_table}: {done}/{len(rows)} rows")
+
+
+def _prep(field: models.Field) -> Callable[[Any], Any] | None:
+    if field.get_internal_type() in _AS_IS:
+        return None
+    return lambda value: field.get_db_prep_save(value, connection)
+
+
+def existing(model: type[models.Model], ids: list[str]) -> set[str]:
+    """Which of ``ids`` (primary keys) are in ``model``'s table."""
+    if len(ids) > 10 * CHUNK:  # most of the table, likely: one scan beats many IN lists
+        wanted = set(ids)
+        return {i for i in model.objects.values_list("pk", flat=True) if i in wanted}
+    found: set[str] = set()
+    for chunk in chunks(ids):
+        found.update(model.objects.filter(pk__in=chunk).values_list("pk", flat=True))
+    return found
+
+
+def delete(model: type[models.Model], ids: list[str]) -> None:
+    for chunk in chunks(ids):
+        model.objects.filter(pk__in=chunk).delete()
+
+
+def chunks(items: list, size: int = CHUNK) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def write_jobs(
+    desired: dict[str, Any], glob: dict[str, Any], *, add: list[str], replace: list[str],
+    now: datetime, progress: Progress | None = None,
+) -> None:  # fmt: skip
+    """Insert added jobs and rewrite replaced ones (``desired``: id → (spec, runtime hash)).
+
+    Added jobs get a state row, paused when ``paused_on_boot``; a job added back
+    after a removal finds its old state row and keeps its cursor.
+    """
+    # a replaced definition is rewritten whole (nothing references poll_job rows)
+    delete(PollJob, replace)
+    insert_rows(PollJob, [_job_row(*desired[i]) for i in add + replace], progress,
+                created_at=now, updated_at=now, **glob)  # fmt: skip
+    had_state = existing(PollState, add)
+    fresh = [i for i in add if i not in had_state]
+    states = [
+        {"job_id": i, "definition_hash": desired[i][1], "paused": desired[i][0].paused_on_boot,
+         "paused_reason": "paused_on_boot" if desired[i][0].paused_on_boot else ""}
+        for i in fresh
+    ]  # fmt: skip
+    insert_rows(PollState, states, progress)
+    rehash = [(desired[i][1], i) for i in replace + [i for i in add if i in had_state]]
+    with connection.cursor() as cur:
+        for batch in chunks(rehash, ROWS):
+            cur.executemany("UPDATE poll_state SET definition_hash = %s WHERE job_id = %s", batch)
+    for i in add:
+        if i in had_state and desired[i][0].paused_on_boot:
+            PollState.objects.filter(job_id=i).update(paused=True, paused_reason="paused_on_boot")
+
+
+def _job_row(spec: Any, rhash: str) -> dict[str, Any]:
+    failure_to = spec.failure_to and {"channel": spec.failure_to.channel, "to": spec.failure_to.to}
+    return {
+        "job_id": spec.id, "kind": spec.kind, "agent": spec.agent,
+        "schedule": schedule_to_dict(spec.schedule), "jitter_ms": spec.jitter_ms,
+        "config": spec.config, "failure_to": failure_to or None,
+        "paused_on_boot": spec.paused_on_boot, "definition_hash": rhash,
+        "source_line": spec.line, "host_limits": spec.host_limits,
+    }  # fmt: skip
