@@ -46,10 +46,9 @@ from django.db import DatabaseError, connections
 
 from nexopoll.core.decide import Decision
 
-from . import lease, metricstore, store, tick, tickfail, tickwrite
+from . import lease, metricstore, store, tick, tickfail
 from .history import record_many
 from .redis import get_redis
-from .store import Fenced
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -62,7 +61,6 @@ class _Ran:
     report: tick.TickReport
     decision: Decision
     write: store.TickWrite
-    latency_ms: int
 
 
 class _Work:
@@ -200,7 +198,7 @@ def _tick_one(job_id: str, row, now: datetime, held: lease.Lease) -> _Ran | tick
         if not isinstance(write, store.TickWrite):
             report = write
             return report
-        ran = _Ran(t, report, decision, write, latency_ms)
+        ran = _Ran(t, report, decision, write)
         t = None  # its end comes after the batch's commit
         return ran
     except DatabaseError as exc:
@@ -242,15 +240,7 @@ def _commit(ran: list[_Ran]) -> list[tick.TickReport]:
 
 
 def _commit_alone(r: _Ran) -> tick.TickReport:
-    report = r.report
-    try:
-        tickwrite.commit(r.write)
-    except Fenced:
-        report = tick.fenced(r.t)
-    except DatabaseError as exc:
-        report = tickfail.commit_failed(r.t, exc, r.latency_ms)
-    else:
-        tick.committed(r.t, report, r.decision)
+    report = tick.commit_staged(r.t, r.write, r.report, r.decision)
     tick.ended(r.t, report)
     return report
 
@@ -259,13 +249,12 @@ def _release(client, reports, held, started, busy, clock) -> None:
     """Release the leases of the jobs that ran, append their history entries and count
     their metrics, in one round trip."""
     try:
-        entries = []
-        for job_id, report in reports.items():
-            got = held.get(job_id)
-            if got is not None and job_id in started:
-                entries.append(tick.history_entry(report, started[job_id], got))
-            elif got is not None:  # the DB failed before the tick: release, no entry
-                entries.append(tick.history_entry(report, clock(), got))
+        # a job the DB failed for before its tick started is recorded at the clock's now
+        entries = [
+            tick.history_entry(report, started.get(job_id) or clock(), held[job_id])
+            for job_id, report in reports.items()
+            if job_id in held
+        ]
         pipe = client.pipeline(transaction=False)
         metricstore.queue_skipped(pipe, busy)
         record_many(client, entries, pipe=pipe)

@@ -365,15 +365,18 @@ class NexopollScheduler(RedBeatScheduler):
         ``nexopoll.tick_batch`` messages of at most ``batch_size`` jobs when at least
         ``batch_min`` fell due in this loop (Celery's message path costs more CPU than a
         no-op tick). Returns how many ticks were sent."""
-        if not self.batch_min or len(ticks) < self.batch_min:
-            return sum(self._publish(entry, now) for entry in ticks)
         # a job that waits on the network gains nothing from a batch (its cost is the
-        # wait, which single ticks of a threads pool spend side by side)
-        slow = self._slow_jobs()
-        sent = sum(self._publish(entry, now) for entry in ticks if entry.args[0] in slow)
+        # wait, which single ticks of a threads pool spend side by side); the slow set
+        # is read only when there is something to batch
+        many = bool(self.batch_min) and len(ticks) >= self.batch_min
+        slow = self._slow_jobs() if many else set()
+        singles = [entry for entry in ticks if entry.args[0] in slow]
         ticks = [entry for entry in ticks if entry.args[0] not in slow]
-        if len(ticks) < self.batch_min:
-            return sent + sum(self._publish(entry, now) for entry in ticks)
+        if not many or len(ticks) < self.batch_min:
+            singles, ticks = singles + ticks, []
+        sent = sum(self._publish(entry, now) for entry in singles)
+        if not ticks:
+            return sent
         parts = -(-len(ticks) // self.batch_size)
         size = -(-len(ticks) // parts)  # even parts: no straggler batch of one or two
         for start in range(0, len(ticks), size):

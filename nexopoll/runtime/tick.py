@@ -302,12 +302,19 @@ def _finish(
     write = stage(t, report, decision, ack, latency_ms)
     if isinstance(write, TickReport):
         return write
+    return commit_staged(t, write, report, decision)
+
+
+def commit_staged(
+    t: _Tick, write: store.TickWrite, report: TickReport, decision: Decision
+) -> TickReport:
+    """Commit one staged tick on its own (fenced on its epoch); the report it ends with."""
     try:
         tickwrite.commit(write)
     except Fenced:
         return fenced(t)
     except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
-        return tickfail.commit_failed(t, exc, latency_ms)
+        return tickfail.commit_failed(t, exc, report.latency_ms or 0)
     committed(t, report, decision)
     return report
 
