@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 from celery import shared_task
@@ -41,10 +42,7 @@ def tick_batch(jobs: list[list]) -> dict[str, int]:
     ``jobs`` is ``[[job_id, lease_ttl_ms], ...]``. Each job keeps its own lease, epoch,
     commit and retry (runtime/batch.py); returns how many ended in each status."""
     reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now)
-    counts: dict[str, int] = {}
-    for report in reports:
-        counts[report.status] = counts.get(report.status, 0) + 1
-    return counts
+    return dict(Counter(report.status for report in reports))
 
 
 @shared_task(name="nexopoll.deliver", ignore_result=True)

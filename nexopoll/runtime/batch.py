@@ -123,8 +123,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     """Tick every ``(job_id, lease_ttl_ms)`` of a batch; return one report per job that ran
     here (jobs handed back went to the queue as single ticks and have none)."""
     client = get_redis()
-    floor = int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)  # as a single tick's
-    items = [(job_id, ttl or floor) for job_id, ttl in items]
+    items = [(job_id, ttl or tick.default_lease_ttl_ms()) for job_id, ttl in items]
     ttls = dict(items)
     held = lease.try_acquire_many(client, items)
     reports: dict[str, tick.TickReport] = {}

@@ -1,7 +1,7 @@
 """The tick's statements against ``poll_state``, in plain SQL.
 
 The tick is the hot path (hundreds per second per worker), and compiling ORM
-queries cost more CPU than running them, so the three statements a tick issues
+queries cost more CPU than running them, so the statements a tick issues
 are written out here; every other access goes through the ORM. They are plain
 SQL that SQLite and PostgreSQL both accept.
 """
@@ -123,16 +123,10 @@ class TickWrite:
         return _update(self.job_id, expect, fields, self.increments) == 1
 
 
-def commit_tick(
-    job_id: str,
-    epoch: int,
-    fields: dict[str, Any],
-    increments: dict[str, int],
-    deliveries: list[Delivery],
-    expect: int | None = None,
-) -> None:
+def commit_tick(write: TickWrite) -> None:
     """Store the tick's state and its outbox rows together, only while the row's epoch is
-    still ``expect`` (the version the tick read; default ``epoch``, the one it took).
+    still ``write.expect`` (the version the tick read; default ``write.epoch``, the one it
+    took).
 
     The commit moves the epoch on to ``epoch + 1`` (always past ``expect``), so a tick
     that read the row before this commit cannot commit after it.
@@ -140,15 +134,14 @@ def commit_tick(
     Raises:
         Fenced: the row changed since the tick read it; nothing was written.
     """
-    write = TickWrite(job_id, epoch, fields, increments, deliveries, expect)
-    if not deliveries:  # one statement is atomic on its own
+    if not write.deliveries:  # one statement is atomic on its own
         if not write.apply():
-            raise Fenced(job_id)
+            raise Fenced(write.job_id)
         return
     with transaction.atomic():
         if not write.apply():
-            raise Fenced(job_id)
-        Delivery.objects.bulk_create(deliveries)
+            raise Fenced(write.job_id)
+        Delivery.objects.bulk_create(write.deliveries)
 
 
 def commit_ticks(writes: list[TickWrite]) -> set[str]:

@@ -115,7 +115,7 @@ def tick_job(
     """
     held = None
     if not manual:
-        ttl = lease_ttl_ms or int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)
+        ttl = lease_ttl_ms or default_lease_ttl_ms()
         held = lease.try_acquire(get_redis(), job_id, ttl)
         if held is None:
             metricstore.count_skipped(job_id)  # no history entry for this one: count it here
@@ -130,6 +130,11 @@ def tick_job(
     finally:
         if held is not None or (report is not None and not dry_run):
             _release_and_record(job_id, held, report, now=now, manual=manual, dry_run=dry_run)
+
+
+def default_lease_ttl_ms() -> int:
+    """The lease TTL of a tick whose message names none (DESIGN: at least 30 s)."""
+    return int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)
 
 
 def _release_and_record(

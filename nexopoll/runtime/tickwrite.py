@@ -91,4 +91,4 @@ def commit_fields(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
 
 
 def commit(w: store.TickWrite) -> None:
-    store.commit_tick(w.job_id, w.epoch, w.fields, w.increments, w.deliveries, w.expect)
+    store.commit_tick(w)
