@@ -54,7 +54,7 @@ from pydantic import model_validator as _model_validator
 
 from nexopoll.core.contract import CancelToken, PollContext, TickAck, ToolSpec
 from nexopoll.core.errors import CredentialsMissingError, PermanentError
-from nexopoll.core.templates import TemplateError, check_template, render
+from nexopoll.core.templates import TemplateError, check_template, message_payload
 
 from . import _google
 from ._base import ConfiguredPoller
@@ -161,7 +161,7 @@ class GmailPoller(ConfiguredPoller):
                 skipped[reason] = skipped.get(reason, 0) + 1
                 continue
             payload = {
-                "text": render(cfg.message_template, fields),
+                **message_payload(cfg.message_template, fields),
                 "item_id": msg.id,
                 "job_id": ctx.job_id,
             }

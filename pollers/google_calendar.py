@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexopoll.core.contract import PollContext, TickAck
 from nexopoll.core.errors import PermanentError
-from nexopoll.core.templates import render
+from nexopoll.core.templates import message_payload
 
 from . import _google
 from ._base import ConfiguredPoller, TemplateStr
@@ -156,7 +156,7 @@ def sync(
                 return _ack(cur.model_copy(update=held), items, delivered, cur)
             fields = event_fields(event, cfg.calendar_id)
             payload = {
-                "text": render(cfg.message_template, fields),
+                **message_payload(cfg.message_template, fields),
                 "item_id": event["id"],
                 "job_id": ctx.job_id,
                 "change": fields["change"],

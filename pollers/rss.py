@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nexopoll.core.contract import PollContext, TickAck
 from nexopoll.core.errors import PermanentError
-from nexopoll.core.templates import TemplateError, check_template, render
+from nexopoll.core.templates import TemplateError, check_template, message_payload
 from nexopoll.net import http
 
 from . import _http
@@ -210,8 +210,8 @@ class RssPoller(ConfiguredPoller):
         if first_skip:  # a baseline: everything in the feed is marked seen, nothing sent
             fresh, backlog = [], 0
         for entry in fresh:
-            text = render(cfg.message_template, entry.fields)
-            payload = {"text": text, "item_id": entry.id, "job_id": ctx.job_id}
+            text = message_payload(cfg.message_template, entry.fields)
+            payload = {**text, "item_id": entry.id, "job_id": ctx.job_id}
             ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
         marked = [e.id for e in (feed.entries if first_skip else fresh)]
         etag, modified = _http.response_validators(resp.headers) if not backlog else (None, None)

@@ -69,7 +69,7 @@ from pydantic import (
 from nexopoll.core.config.model import DeliverTargetModel
 from nexopoll.core.contract import PollContext, TickAck
 from nexopoll.core.errors import PermanentError, TransientError
-from nexopoll.core.templates import TemplateError, check_path, lookup, render
+from nexopoll.core.templates import TemplateError, check_path, lookup, message_payload
 from nexopoll.net import http
 from nexopoll.net.urls import InvalidURLError, checked_url
 
@@ -240,7 +240,7 @@ class WebhookPollPoller(ConfiguredPoller):
         fresh, without_id = select_new(items, cfg.id_field, seen, cfg.max_per_tick)
         for ident, item in fresh:
             payload = {
-                "text": render(cfg.message_template, item),
+                **message_payload(cfg.message_template, item),
                 "item_id": ident,
                 "job_id": ctx.job_id,
             }

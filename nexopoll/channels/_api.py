@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from nexopoll.core import markup
 from nexopoll.core.errors import ConfigError, PermanentError
 from nexopoll.net import http
 
@@ -29,12 +30,24 @@ def api_base(env_name: str, default: str) -> tuple[str, bool]:
     return (value or default).rstrip("/"), bool(value)
 
 
-def message_text(message: OutboundMessage, limit: int) -> str:
-    """The text to send: the payload's ``text``, else the payload as JSON; capped."""
+def message_text(
+    message: OutboundMessage, limit: int, escape: markup.Escape | None = None
+) -> str:
+    """The text to send: the payload's ``text``, else the payload as JSON; capped.
+
+    With ``escape`` (the channel's markup), every part of the text outside the
+    payload's ``text_trusted`` spans is escaped (see :mod:`nexopoll.core.markup`);
+    the payload as JSON is untrusted as a whole.
+    """
     text = message.payload.get("text")
+    spans: list[tuple[int, int]] = []
     if not isinstance(text, str) or not text:
         text = json.dumps(message.payload, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    else:
+        spans = markup.trusted_spans(message.payload.get("text_trusted"), len(text))
+    if escape is None:
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    return markup.compose(text, spans, escape, limit)
 
 
 def post_json(

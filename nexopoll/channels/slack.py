@@ -13,6 +13,11 @@
 429 is transient with ``Retry-After``; 5xx transient; ``X-Nexopoll-Delivery-Id`` is
 sent (Slack ignores it). Rate limit: ``max_per_channel_per_second`` (default 1)
 per channel (per webhook for webhooks).
+
+The text is Slack mrkdwn: untrusted parts are escaped (``&``, ``<``, ``>``) so a
+polled ``<!channel>`` or ``<https://evil|bank>`` shows as literal text; the
+template's own text and ``{path|raw}`` values are sent as written
+(:mod:`nexopoll.core.markup`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from nexopoll.core.bindings import SlackBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
+from nexopoll.core.markup import escape_slack
 from nexopoll.net import http
 
 from . import OutboundMessage
@@ -59,7 +65,7 @@ class SlackChannel:
         self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
     ) -> None:
         b = SlackBinding.model_validate(binding)
-        text = message_text(message, MAX_TEXT)
+        text = message_text(message, MAX_TEXT, escape_slack)
         if b.webhook_url:
             try:
                 resp = post_json(

@@ -2,7 +2,9 @@
 
 Request: ``POST <base>/bot<token>/sendMessage`` with ``chat_id``, ``text`` (the
 payload's ``text``, at most 4,096 characters) and the binding's ``parse_mode`` and
-``disable_web_page_preview``. Base URL ``NEXOPOLL_TELEGRAM_API_BASE`` (default
+``disable_web_page_preview``. With a ``parse_mode``, untrusted parts of the text
+are escaped for it (MarkdownV2, HTML or legacy Markdown: :mod:`nexopoll.core.markup`);
+without one Telegram shows the text as is. Base URL ``NEXOPOLL_TELEGRAM_API_BASE`` (default
 ``https://api.telegram.org``). The token sits in the URL path: every error message
 is redacted before it is stored or logged.
 
@@ -33,6 +35,7 @@ from typing import Any
 
 from nexopoll.core.bindings import TelegramBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
+from nexopoll.core.markup import TELEGRAM_ESCAPES
 
 from . import OutboundMessage
 from ._api import api_base, json_body, message_text, post_json
@@ -59,7 +62,7 @@ class TelegramChannel:
         base, trusted = api_base("NEXOPOLL_TELEGRAM_API_BASE", DEFAULT_BASE)
         doc: dict[str, Any] = {
             "chat_id": message.recipient,
-            "text": message_text(message, MAX_TEXT),
+            "text": message_text(message, MAX_TEXT, TELEGRAM_ESCAPES.get(b.parse_mode or "")),
         }
         if b.parse_mode:
             doc["parse_mode"] = b.parse_mode

@@ -15,6 +15,9 @@ author). The grammar is deliberately tiny:
 - A missing field renders as the empty string; a string as is; any other value
   (number, bool, null, list, object) as compact JSON.
 - Output is capped at :data:`MAX_OUTPUT_CHARS` characters.
+- ``{path|raw}`` marks the value as trusted markup (see :func:`render_message`):
+  channels with markup (slack, telegram with ``parse_mode``) send it unescaped.
+  Only the exact suffix ``|raw`` is a marker; any other ``|`` is part of the path.
 
 A lone ``{`` or ``}``, or an empty path segment, is a :class:`TemplateError`;
 pollers call :func:`check_template` while validating their config so such a
@@ -31,6 +34,7 @@ from typing import Any
 MAX_OUTPUT_CHARS = 64 * 1024
 MAX_TEMPLATE_CHARS = 64 * 1024
 MAX_INDEX_DIGITS = 9
+RAW_MARKER = "|raw"
 
 _INDEX_RE = re.compile(rf"[0-9]{{1,{MAX_INDEX_DIGITS}}}", re.ASCII)
 
@@ -52,7 +56,7 @@ def check_template(template: str) -> list[str]:
         >>> check_template("[{key}] {fields.summary} {{literal}}")
         ['key', 'fields.summary']
     """
-    paths = [part for is_field, part in _parse(template) if is_field]
+    paths = [_split_raw(part)[0] for is_field, part in _parse(template) if is_field]
     for path in paths:
         check_path(path)
     return paths
@@ -108,15 +112,54 @@ def render(template: str, item: Mapping[str, Any]) -> str:
         >>> render("{{{id}}}", {"id": {"a": [1, None]}})
         '{{"a":[1,null]}}'
     """
+    return render_message(template, item)[0]
+
+
+def render_message(template: str, item: Mapping[str, Any]) -> tuple[str, list[list[int]]]:
+    """Fill ``template`` and say which parts of the text are trusted.
+
+    The template's own literal text and ``{path|raw}`` values are trusted (the
+    operator wrote or chose them); every other substituted value came from the
+    item and is not. Returns ``(text, spans)``: the spans are the trusted
+    ``[start, end)`` ranges, sorted and merged, for a payload's ``text_trusted``
+    (see :mod:`nexopoll.core.markup`).
+
+    Examples:
+        >>> render_message("New: {title} ({link|raw})", {"title": "<!here>", "link": "<u>"})
+        ('New: <!here> (<u>)', [[0, 5], [12, 17]])
+    """
     out: list[str] = []
+    spans: list[list[int]] = []
     size = 0
     for is_field, part in _parse(template):
-        text = _stringify(lookup(item, part, _MISSING)) if is_field else part
-        out.append(text)
-        size += len(text)
+        trusted = not is_field
+        if is_field:
+            path, trusted = _split_raw(part)
+            part = _stringify(lookup(item, path, _MISSING))
+        part = part[: MAX_OUTPUT_CHARS - size]
+        if trusted and part:
+            if spans and spans[-1][1] == size:
+                spans[-1][1] = size + len(part)
+            else:
+                spans.append([size, size + len(part)])
+        out.append(part)
+        size += len(part)
         if size >= MAX_OUTPUT_CHARS:
             break
-    return "".join(out)[:MAX_OUTPUT_CHARS]
+    return "".join(out), spans
+
+
+def message_payload(template: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """A delivery payload's ``text`` and ``text_trusted`` from :func:`render_message`."""
+    text, spans = render_message(template, item)
+    return {"text": text, "text_trusted": spans}
+
+
+def _split_raw(part: str) -> tuple[str, bool]:
+    """``("title", True)`` for ``title|raw``; ``(part, False)`` otherwise."""
+    if part.endswith(RAW_MARKER) and len(part) > len(RAW_MARKER):
+        return part[: -len(RAW_MARKER)], True
+    return part, False
 
 
 def lookup(value: Any, path: str, default: Any = None) -> Any:
