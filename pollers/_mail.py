@@ -1,15 +1,17 @@
 """Reading one Gmail ``messages.get?format=full`` resource (pure: no I/O).
 
-- **Body**: the first ``text/plain`` part, depth first through nested
-  multiparts; else the first ``text/html`` part with tags stripped. Part data is
-  base64url; a part whose own headers still say ``Content-Transfer-Encoding:
-  quoted-printable`` (or ``base64``) and whose data is still in that encoding
-  (7-bit ASCII for quoted-printable) is decoded once more, then the bytes are
-  decoded with the part's charset (UTF-8 by default, undecodable bytes replaced).
-  Attachments (``body.attachmentId``, no inline data) are skipped.
+- **Body**: the message's own text first (:func:`message_body`): its first
+  ``text/plain`` part, else its first ``text/html`` part with tags stripped,
+  attachments skipped; an attached or forwarded ``message/rfc822`` only when the
+  message has no text of its own. Part data is base64url of the part already
+  decoded from its transfer encoding (Gmail lists ``Content-Transfer-Encoding``
+  as sent but has applied it): the bytes are decoded with the part's charset
+  only (UTF-8 by default, undecodable bytes replaced).
 - **Headers**: case-insensitive; RFC 2047 encoded words (``=?UTF-8?B?...?=``)
-  are decoded.
-- **Sender**: ``From`` parsed as an RFC 5322 address list. The allowlist
+  are decoded, except in ``From``.
+- **Sender**: the raw ``From`` parsed as an RFC 5322 address list *before* any
+  encoded word is decoded; only the display name is decoded (:func:`parse_from`).
+  The allowlist
   compares the parsed address (exactly) or its domain (exactly: ``@example.com``
   does not admit ``example.com.evil`` nor ``sub.example.com``); a From with no
   address, several addresses or parse defects matches nothing.
@@ -21,10 +23,10 @@ import base64
 import binascii
 import email.policy
 import html
-import quopri
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from email import errors
 from email.header import decode_header, make_header
 from email.parser import HeaderParser
 from typing import Any
@@ -33,8 +35,13 @@ MAX_BODY_CHARS = 256 * 1024
 _TAG_RE = re.compile(r"<[^>]*>")
 _DROP_RE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.I | re.S)
 _BREAK_RE = re.compile(r"<(br|/p|/div|/li|/tr|/h[1-6])\b[^>]*>", re.I)
-_QP_HINT_RE = re.compile(rb"=(\r?\n|[0-9A-F]{2})")
-_B64_RE = re.compile(rb"^[A-Za-z0-9+/=\r\n]+$")
+MAX_DEPTH = 20
+# one address: a dot-atom or quoted local part, a plain domain; nothing else around it
+_ADDR_RE = re.compile(r'(?:[^\s"@<>()\[\],;:\\=]+|"[^"\\\r\n]*")@[^\s"@<>()\\,;=]+')
+_WORD_DEFECTS = (
+    errors.InvalidBase64CharactersDefect, errors.InvalidBase64PaddingDefect,
+    errors.InvalidBase64LengthDefect, errors.UndecodableBytesDefect, errors.CharsetError,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,9 @@ def parse_message(doc: Mapping[str, Any]) -> MailMessage:
     """Turn a ``format=full`` message resource into a :class:`MailMessage`."""
     payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else {}
     headers = _headers(payload)
-    from_header = headers.get("from", "")
-    name, address = parse_from(from_header)
+    raw_from = _headers(payload, decode=False).get("from", "")
+    name, address = parse_from(raw_from)
+    from_header = from_display(raw_from)
     try:
         internal = int(doc.get("internalDate") or 0)
     except (TypeError, ValueError):
@@ -113,32 +121,93 @@ def _decode_words(value: str) -> str:
         return value
 
 
-def _headers(part: Mapping[str, Any]) -> dict[str, str]:
+def _headers(part: Mapping[str, Any], *, decode: bool = True) -> dict[str, str]:
     out: dict[str, str] = {}
     for h in part.get("headers") or []:
         if isinstance(h, dict) and isinstance(h.get("name"), str):
             name = h["name"].lower()
             if name not in out:
-                out[name] = _decode_words(str(h.get("value") or ""))
+                value = str(h.get("value") or "")
+                out[name] = _decode_words(value) if decode else value
     return out
 
 
 def parse_from(value: str) -> tuple[str, str]:
-    """``(display name, address)`` of a From header; address "" unless exactly one, clean."""
-    if not value or "\n" in value or "\r" in value:
+    """``(display name, address)`` of a raw From header; address "" unless exactly one, clean.
+
+    ``value`` is the header as sent, encoded words and all: the address is parsed
+    first, and only the display name's encoded words are decoded, so an encoded
+    word can never supply or hide an address (``=?utf-8?Q?boss@mycompany.com_=28?=
+    <attacker@evil.com>`` is from ``attacker@evil.com``). The address must be
+    written literally in the header (not decoded from an encoded word, not
+    assembled around comments); group syntax, several addresses and structural
+    parse defects give ``""``. Defects of the display name's encoding alone (a bad
+    charset, a missing space after an encoded word) are tolerated.
+    """
+    header = _address_header(value)
+    if header is None or len(header.addresses) != 1:
         return "", ""
+    if any(g.display_name is not None for g in header.groups):
+        return "", ""  # RFC 5322: From is a mailbox list, never a group
+    if any(not _display_name_defect(d) for d in header.defects):
+        return "", ""
+    addr = header.addresses[0]
+    spec = (addr.addr_spec or "").lower()
+    if not _ADDR_RE.fullmatch(spec) or spec not in value.lower():
+        return "", ""
+    return _clean(_display_name(value, spec, addr.display_name or "")), spec
+
+
+def _display_name(value: str, spec: str, parsed: str) -> str:
+    """The name before ``<spec>``, its encoded words decoded as RFC 2047 says.
+
+    The stdlib parser keeps the space between two adjacent encoded words, which
+    RFC 2047 drops (``=?x?Q?a?= =?x?Q?b?=`` is ``ab``): the phrase is decoded
+    here with :func:`email.header.decode_header`; ``parsed`` is the fallback.
+    """
+    match = re.fullmatch(
+        r"\s*(.*?)\s*<\s*" + re.escape(spec) + r"\s*>\s*(?:\([^()]*\)\s*)?", value, re.I | re.S
+    )
+    phrase = match.group(1) if match else ""
+    if not phrase:
+        return parsed
+    if len(phrase) >= 2 and phrase[0] == phrase[-1] == '"':
+        phrase = re.sub(r"\\(.)", r"\1", phrase[1:-1])
+    return _decode_words(phrase)
+
+
+def from_display(value: str) -> str:
+    """The From header for people to read: display names decoded and re-quoted."""
+    header = _address_header(value)
+    if header is None or any(not _display_name_defect(d) for d in header.defects):
+        return _clean(value)  # as sent: decoding a broken header could mislead
+    return _clean(str(header))
+
+
+def _address_header(value: str) -> Any:
+    if not value or "\n" in value or "\r" in value:
+        return None
     try:
         header = HeaderParser(policy=email.policy.default).parsestr(f"From: {value}\n\n")["from"]
-        addresses = header.addresses
+        header.addresses  # noqa: B018 - parsing errors surface here
     except (ValueError, IndexError, TypeError, AttributeError):
-        return "", ""
-    if len(addresses) != 1 or getattr(header, "defects", ()):
-        return "", ""
-    addr = addresses[0]
-    spec = (addr.addr_spec or "").lower()
-    if spec.count("@") != 1 or not addr.domain or not addr.username:
-        return "", ""
-    return addr.display_name or "", spec
+        return None
+    return header
+
+
+def _display_name_defect(defect: Exception) -> bool:
+    if isinstance(defect, _WORD_DEFECTS):
+        return True
+    text = str(defect)
+    return "encoded word" in text or "encoded-word" in text
+
+
+def _clean(text: str) -> str:
+    """Undecodable bytes (lone surrogates) as U+FFFD."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def sender_allowed(address: str, allowlist: list[str]) -> bool:
@@ -161,30 +230,81 @@ def sender_allowed(address: str, allowlist: list[str]) -> bool:
     return False
 
 
-def _walk(part: Mapping[str, Any], depth: int = 0) -> Iterator[Mapping[str, Any]]:
-    if depth > 20:
-        return
-    yield part
-    for sub in part.get("parts") or []:
-        if isinstance(sub, dict):
-            yield from _walk(sub, depth + 1)
-
-
 def message_body(payload: Mapping[str, Any]) -> str:
-    """The readable text of a message: text/plain first, else stripped text/html."""
-    for want in ("text/plain", "text/html"):
-        for part in _walk(payload):
-            if str(part.get("mimeType") or "").lower() != want:
-                continue
-            text = part_text(part)
-            if text is None:
-                continue
-            return html_to_text(text) if want == "text/html" else text
+    """The readable text of a message: its own body first, forwarded mail last.
+
+    The message's own tree is read by structure: a ``text/plain`` part as is, a
+    ``text/html`` one with tags stripped; a ``multipart/alternative`` gives its
+    plain version, else its HTML one; any other multipart (``mixed``,
+    ``related``…) its first part that has text, in order. Attachments (a
+    filename, ``Content-Disposition: attachment`` or an ``attachmentId``) are
+    never read, and an attached or forwarded ``message/rfc822`` is read (the same
+    way) only when the message has no text of its own.
+    """
+    found = _own_text(payload, 0)
+    if found is not None:
+        mime, text = found
+        return html_to_text(text) if mime == "text/html" else text
+    for inner in _forwarded(payload, 0):
+        text = message_body(inner)
+        if text:
+            return text
     return ""
 
 
+def _mime(part: Mapping[str, Any]) -> str:
+    return str(part.get("mimeType") or "").lower()
+
+
+def _subparts(part: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    subs = part.get("parts")
+    return [p for p in subs if isinstance(p, dict)] if isinstance(subs, list) else []
+
+
+def _is_attachment(part: Mapping[str, Any]) -> bool:
+    if part.get("filename"):
+        return True
+    body = part.get("body") if isinstance(part.get("body"), dict) else {}
+    if body.get("attachmentId") and not body.get("data"):
+        return True
+    disposition = _headers(part, decode=False).get("content-disposition", "")
+    return disposition.strip().lower().startswith("attachment")
+
+
+def _own_text(part: Mapping[str, Any], depth: int) -> tuple[str, str] | None:
+    """``(mime, text)`` of this message's own body (no attachment, no rfc822), or None."""
+    mime = _mime(part)
+    if depth > MAX_DEPTH or mime == "message/rfc822" or _is_attachment(part):
+        return None
+    if mime in ("text/plain", "text/html"):
+        text = part_text(part)
+        return None if text is None else (mime, text)
+    found = (_own_text(sub, depth + 1) for sub in _subparts(part))
+    if mime == "multipart/alternative":
+        versions = [f for f in found if f is not None]
+        plain = [f for f in versions if f[0] == "text/plain"]
+        return (plain or versions or [None])[0]
+    return next((f for f in found if f is not None), None)
+
+
+def _forwarded(part: Mapping[str, Any], depth: int) -> Iterator[Mapping[str, Any]]:
+    """The payloads of the ``message/rfc822`` parts in this message's own tree, in order."""
+    if depth > MAX_DEPTH:
+        return
+    for sub in _subparts(part):
+        if _mime(sub) == "message/rfc822":
+            yield from (p for p in _subparts(sub)[:1])
+        else:
+            yield from _forwarded(sub, depth + 1)
+
+
 def part_text(part: Mapping[str, Any]) -> str | None:
-    """Decode one part's ``body.data``; None for an attachment or an undecodable part."""
+    """Decode one part's ``body.data``; None for an attachment or an undecodable part.
+
+    Gmail's ``body.data`` is base64url of the part's content already decoded from
+    its ``Content-Transfer-Encoding`` (the header is still listed, as sent): it
+    is never decoded a second time (``phone=34612345678`` stays as written).
+    """
     body = part.get("body") if isinstance(part.get("body"), dict) else {}
     data = body.get("data")
     if not isinstance(data, str) or not data:
@@ -194,14 +314,6 @@ def part_text(part: Mapping[str, Any]) -> str | None:
     except (binascii.Error, ValueError):
         return None
     headers = _headers(part)
-    cte = headers.get("content-transfer-encoding", "").strip().lower()
-    if cte == "quoted-printable" and raw.isascii() and _QP_HINT_RE.search(raw):
-        raw = quopri.decodestring(raw)
-    elif cte == "base64" and _B64_RE.match(raw):
-        try:
-            raw = base64.b64decode(raw, validate=False)
-        except (binascii.Error, ValueError):
-            pass
     return raw.decode(_charset(headers.get("content-type", "")), errors="replace")
 
 

@@ -25,7 +25,9 @@ Behaviour chosen where the seeds are silent or weak:
   without a capture group. Each regex takes its first group (stripped) from the
   body, else from the snippet (the first 64 KiB of the body are searched).
 - **Sender allowlist**: the parsed ``From`` address, exactly, or its domain,
-  exactly (``@mycompany.com`` / ``mycompany.com``); no substring matching.
+  exactly (``@mycompany.com`` / ``mycompany.com``); no substring matching. The
+  address is parsed from the raw header before any RFC 2047 encoded word is
+  decoded (only the display name is), so an encoded word cannot spoof it.
 - **Order and dedup**: up to ``max_per_tick`` unseen ids are taken from the
   search (paging up to 10 pages of 100), delivered oldest first. The cursor
   ``{"v": 1, "seen": [...]}`` remembers the ids it handled (delivered or

@@ -12,6 +12,10 @@
   ``nextPageToken`` / ``nextSyncToken``; after ``expire_sync_tokens()`` every
   token issued before answers 410.
 
+Messages are stored as Gmail serves them: :func:`gmail_from_raw` turns a raw
+RFC 5322 mail into the ``format=full`` shape (parts' data already decoded from
+their transfer encoding, headers as sent).
+
 Every API call needs ``Authorization: Bearer <a token this server issued>``, else
 401. ``fail(kind, *replies)`` queues scripted answers for the next calls of one
 kind (``token``, ``list``, ``get``, ``modify``, ``events``); a reply is a status
@@ -21,8 +25,11 @@ or ``(status, json_doc)``. Every request is recorded in ``requests``.
 from __future__ import annotations
 
 import base64
+import email
+import email.policy
 import itertools
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -38,8 +45,60 @@ def b64url(data: bytes | str) -> str:
 
 
 def text_part(text: str | bytes, mime: str = "text/plain", **headers: str) -> dict[str, Any]:
+    """A leaf part as Gmail returns it: ``text`` is the content *after* its transfer
+    encoding is undone (a ``Content-Transfer-Encoding`` header is only listed)."""
     hdrs = [{"name": k.replace("_", "-"), "value": v} for k, v in headers.items()]
     return {"mimeType": mime, "headers": hdrs, "body": {"data": b64url(text)}}
+
+
+def gmail_from_raw(
+    ident: str, raw: bytes, *, internal_date: int = 0, unread: bool = True
+) -> dict[str, Any]:
+    """The ``format=full`` resource Gmail makes of the RFC 5322 message ``raw``.
+
+    As Gmail does: every header is listed as sent (encoded words kept, folding
+    undone); a leaf part's ``body.data`` is base64url of its content with the
+    transfer encoding already undone; a part with a filename is an attachment
+    (``attachmentId``, no data); a ``message/rfc822`` part holds the attached
+    message as its one sub-part, whose headers are that message's own.
+    """
+    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    counter = itertools.count(1)
+    payload = _gmail_part(msg, "", counter)
+    return {
+        "id": ident,
+        "threadId": "t" + ident,
+        "labelIds": ["INBOX", *(["UNREAD"] if unread else [])],
+        "snippet": "",
+        "internalDate": str(internal_date),
+        "payload": payload,
+    }
+
+
+def _header_text(value: Any) -> str:
+    """A header value as Gmail lists it: unfolded, raw UTF-8 (RFC 6532) as text."""
+    text = re.sub(r"\r?\n(?=[ \t])", "", str(value))
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _gmail_part(part: Any, part_id: str, counter: Any) -> dict[str, Any]:
+    headers = [{"name": k, "value": _header_text(v)} for k, v in part.raw_items()]
+    doc: dict[str, Any] = {
+        "partId": part_id, "mimeType": part.get_content_type(),
+        "filename": part.get_filename() or "", "headers": headers, "body": {"size": 0},
+    }  # fmt: skip
+    if part.is_multipart():
+        prefix = f"{part_id}." if part_id else ""
+        doc["parts"] = [
+            _gmail_part(sub, f"{prefix}{i}", counter) for i, sub in enumerate(part.get_payload())
+        ]
+        return doc
+    data = part.get_payload(decode=True) or b""
+    if doc["filename"]:
+        doc["body"] = {"attachmentId": f"att-{next(counter)}", "size": len(data)}
+    else:
+        doc["body"] = {"size": len(data), "data": base64.urlsafe_b64encode(data).decode()}
+    return doc
 
 
 def gmail_message(
