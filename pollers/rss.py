@@ -25,6 +25,12 @@ Behaviour:
   still lists and does not shrink when the feed does (up to 10,000 ids), so a
   feed larger than ``seen_capacity`` never re-delivers; ids no longer in the
   feed are dropped first. A feed of more than 10,000 entries stops the job.
+- **Entry ids** are the guid (or Atom id), else the link *as written in the feed*,
+  else a hash of title and date: never resolved against the URL the feed was
+  fetched from, so a redirect or an http→https move re-delivers nothing.
+  Cursors written before this rule hold such relative links resolved against
+  the fetch URL of the time: an entry is also "seen" under that older id (the
+  current fetch URL), and is remembered under its new id from then on.
 - **Conditional GET.** The stored ETag / Last-Modified go out as
   ``If-None-Match`` / ``If-Modified-Since``; a 304 delivers nothing and keeps
   the cursor. Validators are stored only once no entry is held back by
@@ -214,6 +220,7 @@ class RssPoller(ConfiguredPoller):
             payload = {**text, "item_id": entry.id, "job_id": ctx.job_id}
             ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
         marked = [e.id for e in (feed.entries if first_skip else fresh)]
+        marked += seen_under_alias(feed.entries, cursor.seen)
         etag, modified = _http.response_validators(resp.headers) if not backlog else (None, None)
         hint_secs = int(feed.hint.total_seconds()) if feed.hint else None
         capacity = ring_capacity(cfg.seen_capacity, len(feed.entries), len(cursor.seen))
@@ -251,12 +258,23 @@ def select_new(entries: list[Entry], seen: tuple[str, ...], limit: int) -> tuple
     unseen: list[Entry] = []
     for entry in reversed(entries):
         key = seen_key(entry.id)
-        if key not in known:
+        if key not in known and not any(seen_key(a) in known for a in entry.aliases):
             known.add(key)
             unseen.append(entry)
     if unseen and all(e.published is not None for e in unseen):
         unseen.sort(key=lambda e: e.published)  # type: ignore[arg-type, return-value]
     return unseen[:limit], max(0, len(unseen) - limit)
+
+
+def seen_under_alias(entries: list[Entry], seen: tuple[str, ...]) -> list[str]:
+    """Ids of entries the ring knows only by an older id (a relative link once
+    resolved against the fetch URL): remembered under their id from now on."""
+    known = set(seen)
+    return [
+        e.id
+        for e in entries
+        if seen_key(e.id) not in known and any(seen_key(a) in known for a in e.aliases)
+    ]
 
 
 def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:

@@ -53,6 +53,9 @@ class Entry:
     id: str
     fields: dict[str, str]
     published: datetime | None = None
+    # ids older versions gave the same entry: a relative link resolved against the
+    # fetch URL (read as "already seen" so an upgrade re-delivers nothing)
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,22 +143,26 @@ def _entry(raw: Any, feed_title: str, base_url: str) -> Entry:
     }
     ident = entry_id(raw, fields)
     fields["id"] = ident
-    return Entry(ident, fields, published)
+    legacy = fields["link"]
+    aliases = (legacy,) if ident == _text(raw.get("link")).strip() and legacy != ident else ()
+    return Entry(ident, fields, published, aliases)
 
 
 def entry_id(raw: Any, fields: dict[str, str]) -> str:
     """guid, else id (feedparser maps both to ``id``), else link, else a hash of title and date.
 
-    An entry with none of these (RSS 0.92 allows it) is hashed by its summary and
-    enclosure URLs instead.
+    The link is taken as the feed writes it: a relative link is *not* resolved
+    against the URL the feed was fetched from (a redirect or an http→https move
+    would otherwise give every such entry a new id). An entry with none of these
+    (RSS 0.92 allows it) is hashed by its summary and enclosure URLs instead.
 
     Examples:
         >>> entry_id({"id": "tag:x,2026:1", "link": "https://x/1"}, {})
         'tag:x,2026:1'
-        >>> entry_id({}, {"link": "https://x/2", "title": "t", "published": ""})
-        'https://x/2'
+        >>> entry_id({"link": "/posts/2"}, {"link": "https://x/posts/2", "title": "t"})
+        '/posts/2'
     """
-    for candidate in (raw.get("guid"), raw.get("id"), fields.get("link")):
+    for candidate in (raw.get("guid"), raw.get("id"), raw.get("link")):
         text = _text(candidate).strip()
         if text:
             return text
