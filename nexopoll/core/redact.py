@@ -8,17 +8,24 @@ whose path was percent-decoded or re-encoded, or split by urllib3 into
 logs passes through :func:`redact` first.
 
 The rule :func:`redact` enforces: no run of :data:`WINDOW` or more characters
-of any secret, or of one of its normalised forms (:func:`variants`), survives,
-compared case-insensitively and also after percent-decoding the text. Secrets
-shorter than :data:`WINDOW` are masked where they occur whole.
+of any secret, or of one of its normalised forms (:func:`variants`: percent-,
+form-, JSON-, repr- and HTML-escaped, base64 at any alignment, the host in
+punycode), survives, compared case-insensitively, in the text as written and in
+every decoded reading of it (:func:`_views`: escapes undone wherever they sit,
+wholly or partly, ``S3cr%65tP4t%68Part42`` read as ``S3cretP4thPart42``, twice
+for double encoding, ``+`` as a space). Secrets shorter than :data:`WINDOW` are
+masked where they occur whole.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
+import html.entities
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
 
@@ -61,7 +68,22 @@ def variants(secret: str) -> set[str]:
                   quote_plus(form), json.dumps(form)[1:-1], repr(form)[1:-1],
                   html.escape(form)}  # fmt: skip
         forms |= _url_parts(form)
-    return {f.lower() for f in forms if f}
+    forms |= _base64_forms(secret)
+    return {_lower(f) for f in forms if f}
+
+
+def _base64_forms(secret: str) -> set[str]:
+    """The base64 characters that spell ``secret`` wherever it sits in encoded data
+    (``Authorization: Basic`` of ``user:secret``): one form per alignment, standard
+    and URL-safe, without the edge characters its neighbours share."""
+    raw = secret.encode("utf-8")
+    forms: set[str] = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + raw).decode("ascii")
+        first, end = -(-8 * shift // 6), (8 * (shift + len(raw))) // 6
+        middle = encoded[first:end]
+        forms |= {middle, middle.replace("+", "-").replace("/", "_")}
+    return forms
 
 
 def _url_parts(value: str) -> set[str]:
@@ -84,10 +106,9 @@ class _Matcher:
     def redact(self, text: str) -> str:
         masked = bytearray(len(text))
         span = range(len(text))
-        self._mark(text.lower(), span, span, masked)
-        if "%" in text:  # also compare the percent-decoded text, mapped back to positions
-            decoded, starts, ends = _percent_decoded(text)
-            self._mark(decoded.lower(), starts, ends, masked)
+        self._mark(_lower(text), span, span, masked)
+        for decoded, starts, ends in _views(text):  # mapped back to positions in text
+            self._mark(_lower(decoded), starts, ends, masked)
         return _apply(text, masked)
 
     def _mark(self, low: str, starts, ends, masked: bytearray) -> None:
@@ -107,31 +128,115 @@ class _Matcher:
                     break
 
 
-def _percent_decoded(text: str) -> tuple[str, list[int], list[int]]:
-    """``text`` with each ASCII ``%XX`` decoded, and where each char starts and ends in ``text``."""
+_ESCAPES = re.compile(
+    r"(?:%[0-9a-fA-F]{2})+"  # percent-encoding, a run (UTF-8 sequences span several)
+    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a JSON surrogate pair
+    r"|\\u[0-9a-fA-F]{4}|\\U[0-9a-fA-F]{8}|\\x[0-9a-fA-F]{2}"  # JSON / Python escapes
+    r"|&#[0-9]{1,7};|&#[xX][0-9a-fA-F]{1,6};|&[A-Za-z][A-Za-z0-9]{1,31};"  # HTML references
+)
+_ESCAPE_CHARS = frozenset("%\\&")
+MAX_UNESCAPE_ROUNDS = 3  # a secret encoded twice (%2565) or escaped inside an escape
+
+
+def _views(text: str) -> Iterator[tuple[str, Sequence[int], Sequence[int]]]:
+    """Decoded readings of ``text``, each with where its chars start and end in ``text``.
+
+    Every escape a URL, a log line or an error text may hold is undone, partial or
+    whole, upper- or lower-case hex: percent-encoding (UTF-8 aware), JSON ``\\u``
+    and Python ``\\x`` escapes, HTML character references; again on the result
+    (double encoding); and ``+`` read as a space (form encoding).
+    """
+    current: tuple[str, Sequence[int], Sequence[int]] = (text, range(len(text)), range(len(text)))
+    for _ in range(MAX_UNESCAPE_ROUNDS):
+        if not _ESCAPE_CHARS.intersection(current[0]):
+            break
+        decoded, starts, ends = _unescape(current[0])
+        if decoded == current[0]:
+            break
+        current = (decoded, [current[1][a] for a in starts], [current[2][b] for b in ends])
+        yield current
+    decoded, starts, ends = current
+    if "+" in decoded:  # only a "+" written as such, not one decoded from %2B
+        yield "".join(
+            " " if c == "+" and starts[i] == ends[i] else c for i, c in enumerate(decoded)
+        ), starts, ends
+
+
+def _unescape(text: str) -> tuple[str, list[int], list[int]]:
+    """``text`` with one layer of escapes undone, and each char's first and last source index."""
     out: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
-        code = _hex(text[i + 1 : i + 3]) if text[i] == "%" else None
-        if code is not None and code < 0x80:
-            out.append(chr(code))
-            starts.append(i)
-            ends.append(i + 2)
-            i += 3
-        else:
+    pos = 0
+    for m in _ESCAPES.finditer(text):
+        for i in range(pos, m.start()):
             out.append(text[i])
             starts.append(i)
             ends.append(i)
-            i += 1
+        for char, a, b in _decode_escape(m.group(), m.start()):
+            out.append(char)
+            starts.append(a)
+            ends.append(b)
+        pos = m.end()
+    for i in range(pos, len(text)):
+        out.append(text[i])
+        starts.append(i)
+        ends.append(i)
     return "".join(out), starts, ends
 
 
-def _hex(s: str) -> int | None:
-    if len(s) == 2 and all(c in "0123456789abcdefABCDEF" for c in s):
-        return int(s, 16)
-    return None
+def _decode_escape(esc: str, at: int) -> Iterator[tuple[str, int, int]]:
+    """``(char, first, last)`` source indexes for the chars one escape stands for."""
+    last = at + len(esc) - 1
+    if esc[0] == "%":
+        yield from _percent_run(esc, at)
+    elif esc[0] == "&":
+        if esc[1] == "#":
+            code = int(esc[3:-1], 16) if esc[2] in "xX" else int(esc[2:-1])
+            text = chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else esc
+        else:
+            text = html.entities.html5.get(esc[1:], esc)
+        yield from ((c, at, last) for c in text) if text != esc else _literal(esc, at)
+    elif len(esc) == 12:  # a surrogate pair
+        high, low = int(esc[2:6], 16), int(esc[8:12], 16)
+        yield chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)), at, last
+    else:
+        code = int(esc[2:], 16)
+        if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            yield from _literal(esc, at)
+        else:
+            yield chr(code), at, last
+
+
+def _percent_run(run: str, at: int) -> Iterator[tuple[str, int, int]]:
+    """A run of ``%XX``: UTF-8 sequences as one char each, other bytes < 0x80 as chars."""
+    data = bytes(int(run[i + 1 : i + 3], 16) for i in range(0, len(run), 3))
+    i = 0
+    while i < len(data):
+        byte = data[i]
+        size = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
+        try:
+            char = data[i : i + size].decode("utf-8") if byte >= 0x80 else chr(byte)
+        except UnicodeDecodeError:
+            char = ""
+        if len(char) == 1:
+            yield char, at + 3 * i, at + 3 * (i + size) - 1
+            i += size
+        else:  # not UTF-8: the %XX stays as written
+            yield from _literal(run[3 * i : 3 * i + 3], at + 3 * i)
+            i += 1
+
+
+def _literal(text: str, at: int) -> Iterator[tuple[str, int, int]]:
+    return ((c, at + k, at + k) for k, c in enumerate(text))
+
+
+def _lower(text: str) -> str:
+    """``text.lower()``, one char for one (a few chars lower to two: kept as they are)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
 
 
 def _apply(text: str, masked: bytearray) -> str:

@@ -123,3 +123,101 @@ def test_a_file_reference_is_masked_like_a_variable():
     env = {"file:/run/secrets/bot": "123456:ABCdef"}
     secrets = secret_values({"token": "${file:/run/secrets/bot}"}, env)
     assert redact("GET /bot123456:ABCdef/x", secrets) == "GET /bot***/x"
+
+
+# --- every decoded form: escapes undone wherever they sit, wholly or partly -------------------
+def readings(text: str) -> set[str]:
+    """``text`` as any reader might decode it (an independent reference: stdlib decoders)."""
+    import html
+    import re
+    from urllib.parse import unquote_plus
+
+    def json_unescape(t: str) -> str:
+        t = re.sub(r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})",
+                   lambda m: (chr(int(m[1], 16)) + chr(int(m[2], 16)))
+                   .encode("utf-16", "surrogatepass").decode("utf-16"), t)  # fmt: skip
+        return re.sub(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})",
+                      lambda m: chr(int(m[1] or m[2], 16)), t)  # fmt: skip
+
+    out = {text}
+    for _ in range(2):
+        for t in list(out):
+            out |= {unquote(t), unquote_plus(t), html.unescape(t), json_unescape(t)}
+    return out
+
+
+def assert_nothing_decodes_to_a_secret(text: str, secret: str) -> None:
+    low = secret.lower()
+    grams = {low[i : i + 8] for i in range(len(low) - 7)}
+    for reading in readings(text):
+        found = [g for g in grams if g in reading.lower()]
+        assert not found, f"{found[:3]} of the secret in {reading!r} (a reading of {text!r})"
+
+
+ENCODERS = {
+    "pct": lambda c: "".join(f"%{b:02X}" for b in c.encode()),
+    "pct-lower": lambda c: "".join(f"%{b:02x}" for b in c.encode()),
+    "pct-twice": lambda c: "".join(f"%25{b:02X}" for b in c.encode()),
+    "json-u": lambda c: json.dumps(c, ensure_ascii=True)[1:-1] if ord(c) > 127 or c in '"\\'
+    else f"\\u{ord(c):04x}",
+    "py-x": lambda c: f"\\x{ord(c):02x}" if ord(c) < 256 else c,
+    "html-dec": lambda c: f"&#{ord(c)};",
+    "html-hex": lambda c: f"&#x{ord(c):X};",
+    "html-named": lambda c: {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}.get(c, c),
+    "plus": lambda c: "+" if c == " " else c,
+}
+SECRETS = ["S3cretP4thPart42", "p@ss w0rd+&café/ñ%42 x", "https://hooks.example.com/T0/B1/xYzT0k3n"]
+
+
+def test_the_issue_example_partly_percent_encoded():
+    text = "GET https://api.example/x?key=S3cr%65tP4t%68Part42 failed"
+    assert redact(text, {"S3cretP4thPart42"}) == "GET https://api.example/x?key=*** failed"
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+@pytest.mark.parametrize("scheme", list(ENCODERS))
+@pytest.mark.parametrize("share", [1, 3, 100])  # every char, every third, all chars
+def test_partly_or_wholly_encoded_secrets_are_masked(secret, scheme, share):
+    enc = ENCODERS[scheme]
+    written = "".join(enc(c) if i % share == 0 else c for i, c in enumerate(secret))
+    text = f"error at {written} (retry)"
+    clean = redact(text, frozenset({secret}))
+    assert_nothing_decodes_to_a_secret(clean, secret)
+    assert clean.startswith("error at ") and clean.endswith(" (retry)")
+
+
+def test_random_mixes_of_escapes_never_let_a_secret_through():
+    rnd = random.Random(16)
+    for _ in range(400):
+        secret = rnd.choice(SECRETS)
+        a = rnd.randrange(len(secret) - 8)
+        piece = secret[a : a + rnd.randint(8, 40)]
+        written = "".join(
+            ENCODERS[rnd.choice(list(ENCODERS))](c) if rnd.random() < 0.4 else c for c in piece
+        )
+        if rnd.random() < 0.3:
+            written = written.upper() if rnd.random() < 0.5 else written.lower()
+        text = rnd.choice(["", "x=", "url: /", "'"]) + written + rnd.choice(["", "&y=1", " ok"])
+        assert_nothing_decodes_to_a_secret(redact(text, frozenset({secret})), secret)
+
+
+@pytest.mark.parametrize("user", ["u", "us", "usr", "user:"])
+def test_a_secret_inside_base64_is_masked_at_any_alignment(user):
+    import base64
+
+    secret = "S3cretP4thPart42"
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        blob = encode(f"{user}:{secret}".encode()).decode()
+        clean = redact(f"Authorization: Basic {blob}", frozenset({secret}))
+        assert MASK in clean
+        assert len(clean) - len("Authorization: Basic ") < len(blob) - 8
+
+
+def test_decoding_keeps_the_rest_readable_and_is_cheap():
+    import time
+
+    text = ("caf%C3%A9 &amp; \\u00e9 x+y %ZZ &bogus; " * 100) + "S3cr%65tP4t%68Part42"
+    started = time.perf_counter()
+    clean = redact(text, frozenset({"S3cretP4thPart42"}))
+    assert time.perf_counter() - started < 0.2
+    assert clean == ("caf%C3%A9 &amp; \\u00e9 x+y %ZZ &bogus; " * 100) + MASK
