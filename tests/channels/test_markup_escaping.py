@@ -121,19 +121,19 @@ def server(monkeypatch):
         yield srv
 
 
-def feed(title: str) -> bytes:
+def feed(title: str, link: str = "https://blog.example.com/p?a=1&b=2") -> bytes:
     return (
         '<?xml version="1.0" encoding="utf-8"?><rss version="2.0"><channel><title>t</title>'
         "<link>https://blog.example.com/</link><item><guid>g1</guid>"
         f"<title>{html.escape(title, quote=False)}</title>"
-        "<link>https://blog.example.com/p?a=1&amp;b=2</link></item></channel></rss>"
+        f"<link>{html.escape(link, quote=False)}</link></item></channel></rss>"
     ).encode()
 
 
-def polled_payload(server: TestHTTPServer, title: str, template: str) -> dict:
+def polled_payload(server: TestHTTPServer, title: str, template: str, **kw) -> dict:
     """The rss poller's delivery payload for a feed whose one entry has ``title``."""
     rss_type = {"Content-Type": "application/rss+xml"}
-    server.route("GET", "/feed.xml", reply(200, feed(title), rss_type))
+    server.route("GET", "/feed.xml", reply(200, feed(title, **kw), rss_type))
     cfg = {
         "feed_url": server.url("/feed.xml", host=HOST),
         "deliver": {"channel": "slack", "to": "C0123"},
@@ -178,6 +178,23 @@ def test_slack_keeps_the_templates_own_markup_and_raw_values(server):
     sent = send(server, SLACK_BOT, payload)
     # the template's <!here> and *…* are the operator's; the link was marked raw
     assert sent == "<!here> *a &lt;b&gt; &amp; &lt;!here&gt;* <https://blog.example.com/p?a=1&b=2|read>"
+
+
+def test_a_hostile_link_inside_the_templates_own_link_markup_stays_inside(server):
+    link = "https://evil.example/x> <!channel> <https://bank.example"
+    payload = polled_payload(server, "t", "<{link}|read more>", link=link)
+    sent = send(server, SLACK_BOT, payload)
+    assert sent == "<" + escape_slack(link) + "|read more>"
+    assert sent.count("<") == 1 and sent.count(">") == 1  # one link, no mention
+
+
+def test_a_hostile_link_cannot_leave_an_html_attribute(server):
+    link = 'https://evil.example/"><b>x</b><a href="https://bank.example'
+    payload = polled_payload(server, "t", '<a href="{link}">{title}</a>', link=link)
+    sent = send(server, TELEGRAM, payload, parse_mode="HTML")
+    parser = _Tags()
+    parser.feed(sent)
+    assert parser.tags == ["a", "/a"] and "".join(parser.text) == "t"
 
 
 def test_a_plain_text_payload_without_spans_is_untrusted_as_a_whole(server):
