@@ -165,10 +165,10 @@ def _display_name(value: str, spec: str, parsed: str) -> str:
     RFC 2047 drops (``=?x?Q?a?= =?x?Q?b?=`` is ``ab``): the phrase is decoded
     here with :func:`email.header.decode_header`; ``parsed`` is the fallback.
     """
-    match = re.fullmatch(
-        r"\s*(.*?)\s*<\s*" + re.escape(spec) + r"\s*>\s*(?:\([^()]*\)\s*)?", value, re.I | re.S
-    )
-    phrase = match.group(1) if match else ""
+    angle = value.rfind("<")
+    tail_re = r"<\s*" + re.escape(spec) + r"\s*>\s*(?:\([^()]*\)\s*)?"
+    tail = re.fullmatch(tail_re, value[angle:], re.I)
+    phrase = value[:angle].strip() if angle > 0 and tail else ""
     if not phrase:
         return parsed
     if len(phrase) >= 2 and phrase[0] == phrase[-1] == '"':

@@ -18,7 +18,7 @@ The rules, one per markup:
   ``_ * [ ] ( ) ~ ` > # + - = | { } . !`` and ``\\`` itself. The Bot API lets any
   character 1-126 be escaped anywhere, so this holds inside code, ``pre`` and
   link URLs too.
-- ``HTML`` (Telegram): ``&``, ``<``, ``>`` and ``"`` become entities.
+- ``HTML`` (Telegram): ``&``, ``<``, ``>``, ``"`` and ``'`` become entities.
 - ``Markdown`` (Telegram's legacy mode): a ``\\`` before ``_ * ` [``. The legacy
   mode cannot escape inside an entity: a value placed between ``*…*`` in the
   template can still close it. Prefer ``MarkdownV2`` or ``HTML``.
@@ -61,10 +61,11 @@ def escape_markdown(text: str) -> str:
 
 
 def escape_html(text: str) -> str:
-    """Telegram HTML: ``&``, ``<``, ``>``, ``"`` as entities."""
+    """Telegram HTML: ``&``, ``<``, ``>``, ``"`` and ``'`` as entities (safe in attributes)."""
     return (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    )
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        .replace('"', "&quot;").replace("'", "&#39;")
+    )  # fmt: skip
 
 
 TELEGRAM_ESCAPES: dict[str, Escape] = {
