@@ -144,6 +144,7 @@ def parse_from(value: str) -> tuple[str, str]:
     parse defects give ``""``. Defects of the display name's encoding alone (a bad
     charset, a missing space after an encoded word) are tolerated.
     """
+    value = _unfold(value)
     header = _address_header(value)
     if header is None or len(header.addresses) != 1:
         return "", ""
@@ -178,10 +179,16 @@ def _display_name(value: str, spec: str, parsed: str) -> str:
 
 def from_display(value: str) -> str:
     """The From header for people to read: display names decoded and re-quoted."""
+    value = _unfold(value)
     header = _address_header(value)
     if header is None or any(not _display_name_defect(d) for d in header.defects):
         return _clean(value)  # as sent: decoding a broken header could mislead
     return _clean(str(header))
+
+
+def _unfold(value: str) -> str:
+    """A folded header on one line (RFC 5322 2.2.3); a bare line break stays (refused)."""
+    return re.sub(r"\r?\n(?=[ \t])", "", value)
 
 
 def _address_header(value: str) -> Any:

@@ -123,6 +123,13 @@ RFC2047 = [
     ('"Doe, John" <john@mycompany.com>', "Doe, John", "john@mycompany.com"),
     ("=?utf-8?q?Ana?=<ana@mycompany.com>", "Ana", "ana@mycompany.com"),  # no space before <
     ("José <jose@mycompany.com>", "José", "jose@mycompany.com"),  # raw UTF-8 (RFC 6532)
+    ("=?utf-8?b?8J+agCBSb2NrZXQ=?= <r@mycompany.com>", "🚀 Rocket", "r@mycompany.com"),
+    ("=?iso-2022-jp?b?GyRCJUYlOSVIGyhC?= <t@mycompany.com>", "テスト", "t@mycompany.com"),
+    ("=?utf-8?q?a=5Fb_c=3F?= <x@mycompany.com>", "a_b c?", "x@mycompany.com"),
+    ("=?UTF-8?Q?Caf=C3=A9?= <cafe@MyCompany.com>", "Café", "cafe@mycompany.com"),
+    ("=?utf-8?q?Long?=\r\n =?utf-8?q?_Name?= <l@mycompany.com>", "Long Name",
+     "l@mycompany.com"),  # folded
+    ('"Smith, J." <j@mycompany.com> (Sales)', "Smith, J.", "j@mycompany.com"),
 ]  # fmt: skip
 
 
