@@ -216,8 +216,8 @@ class RssPoller(ConfiguredPoller):
         if first_skip:  # a baseline: everything in the feed is marked seen, nothing sent
             fresh, backlog = [], 0
         for entry in fresh:
-            text = message_payload(cfg.message_template, entry.fields)
-            payload = {**text, "item_id": entry.id, "job_id": ctx.job_id}
+            message = message_payload(cfg.message_template, entry.fields)
+            payload = {**message, "item_id": entry.id, "job_id": ctx.job_id}
             ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
         marked = [e.id for e in (feed.entries if first_skip else fresh)]
         marked += seen_under_alias(feed.entries, cursor.seen)

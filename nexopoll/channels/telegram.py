@@ -3,10 +3,11 @@
 Request: ``POST <base>/bot<token>/sendMessage`` with ``chat_id``, ``text`` (the
 payload's ``text``, at most 4,096 characters) and the binding's ``parse_mode`` and
 ``disable_web_page_preview``. With a ``parse_mode``, untrusted parts of the text
-are escaped for it (MarkdownV2, HTML or legacy Markdown: :mod:`nexopoll.core.markup`);
-without one Telegram shows the text as is. Base URL ``NEXOPOLL_TELEGRAM_API_BASE`` (default
-``https://api.telegram.org``). The token sits in the URL path: every error message
-is redacted before it is stored or logged.
+are escaped for it (MarkdownV2, HTML or legacy Markdown:
+:mod:`nexopoll.core.markup`); without one Telegram shows the text as is. Base URL
+``NEXOPOLL_TELEGRAM_API_BASE`` (default ``https://api.telegram.org``). The token
+sits in the URL path: every error message is redacted before it is stored or
+logged.
 
 Outcomes:
 
