@@ -126,7 +126,7 @@ def render_message(template: str, item: Mapping[str, Any]) -> tuple[str, list[li
 
     Examples:
         >>> render_message("New: {title} ({link|raw})", {"title": "<!here>", "link": "<u>"})
-        ('New: <!here> (<u>)', [[0, 5], [12, 17]])
+        ('New: <!here> (<u>)', [[0, 5], [12, 18]])
     """
     out: list[str] = []
     spans: list[list[int]] = []
