@@ -37,7 +37,7 @@ _DROP_RE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.I | re.S)
 _BREAK_RE = re.compile(r"<(br|/p|/div|/li|/tr|/h[1-6])\b[^>]*>", re.I)
 MAX_DEPTH = 20
 # one address: a dot-atom or quoted local part, a plain domain; nothing else around it
-_ADDR_RE = re.compile(r'(?:[^\s"@<>()\[\],;:\\=]+|"[^"\\\r\n]*")@[^\s"@<>()\\,;=]+')
+_ADDR_RE = re.compile(r'(?:[^\s"@<>()\[\],;:\\]+|"[^"\\\r\n]*")@[^\s"@<>()\\,;=?]+')
 _WORD_DEFECTS = (
     errors.InvalidBase64CharactersDefect, errors.InvalidBase64PaddingDefect,
     errors.InvalidBase64LengthDefect, errors.UndecodableBytesDefect, errors.CharsetError,
@@ -154,9 +154,19 @@ def parse_from(value: str) -> tuple[str, str]:
         return "", ""
     addr = header.addresses[0]
     spec = (addr.addr_spec or "").lower()
-    if not _ADDR_RE.fullmatch(spec) or spec not in value.lower():
+    if not _ADDR_RE.fullmatch(spec) or _written_spec(value) != spec:
         return "", ""
     return _clean(_display_name(value, spec, addr.display_name or "")), spec
+
+
+def _written_spec(value: str) -> str:
+    """The address as written: inside the last ``<…>``, else the whole value less a
+    trailing comment; lower-cased. The parsed address must be exactly this."""
+    angle = value.rfind("<")
+    if angle >= 0:
+        close = value.find(">", angle)
+        return value[angle + 1 : close].strip().lower() if close > 0 else ""
+    return re.sub(r"\s*\([^()]*\)\s*$", "", value).strip().lower()
 
 
 def _display_name(value: str, spec: str, parsed: str) -> str:

@@ -76,6 +76,8 @@ SPOOFS = [
     '"boss@mycompany.com"@evil.com',
     "=?utf-8?Q?boss@mycompany.com?=\t<attacker@evil.com>",
     "=?iso-8859-1?B?Ym9zc0BteWNvbXBhbnkuY29t?= <attacker@evil.com>",
+    '"boss@mycompany.com" <=?utf-8?Q?boss?=@mycompany.com>',  # the literal elsewhere
+    "boss@mycompany.com <=?utf-8?Q?boss?=@mycompany.com>",
 ]
 
 
@@ -130,6 +132,7 @@ RFC2047 = [
     ("=?utf-8?q?Long?=\r\n =?utf-8?q?_Name?= <l@mycompany.com>", "Long Name",
      "l@mycompany.com"),  # folded
     ('"Smith, J." <j@mycompany.com> (Sales)', "Smith, J.", "j@mycompany.com"),
+    ("Lists <bounce+ab=cd@mycompany.com>", "Lists", "bounce+ab=cd@mycompany.com"),  # VERP
 ]  # fmt: skip
 
 
