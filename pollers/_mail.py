@@ -14,7 +14,8 @@
   The allowlist
   compares the parsed address (exactly) or its domain (exactly: ``@example.com``
   does not admit ``example.com.evil`` nor ``sub.example.com``); a From with no
-  address, several addresses or parse defects matches nothing.
+  address, several addresses or parse defects, or a mail with two From headers,
+  matches nothing.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def parse_message(doc: Mapping[str, Any]) -> MailMessage:
     payload = doc.get("payload") if isinstance(doc.get("payload"), dict) else {}
     headers = _headers(payload)
     raw_from = _headers(payload, decode=False).get("from", "")
-    name, address = parse_from(raw_from)
+    name, address = parse_from(raw_from) if _count(payload, "from") == 1 else ("", "")
     from_header = from_display(raw_from)
     try:
         internal = int(doc.get("internalDate") or 0)
@@ -130,6 +131,12 @@ def _headers(part: Mapping[str, Any], *, decode: bool = True) -> dict[str, str]:
                 value = str(h.get("value") or "")
                 out[name] = _decode_words(value) if decode else value
     return out
+
+
+def _count(part: Mapping[str, Any], name: str) -> int:
+    """How many ``name`` headers ``part`` has (RFC 5322: exactly one From)."""
+    headers = part.get("headers") or []
+    return sum(1 for h in headers if isinstance(h, dict) and str(h.get("name")).lower() == name)
 
 
 def parse_from(value: str) -> tuple[str, str]:

@@ -88,6 +88,11 @@ def test_an_encoded_word_never_passes_the_sender_allowlist(google, binding, send
     assert not parse_from(sender)[1].endswith("@mycompany.com")
 
 
+def test_a_mail_with_two_from_headers_matches_nothing(google, binding):
+    raw = mail("attacker@evil.com", headers="From: boss@mycompany.com\r\n")
+    assert poll(google, binding, [raw], {"sender_allowlist": ALLOW}).deliveries == []
+
+
 def test_the_spoof_is_read_as_its_real_address_and_shown_quoted(google, binding):
     raw = mail("=?utf-8?Q?boss@mycompany.com_=28?= <attacker@evil.com>")
     host = poll(google, binding, [raw], {"message_template": "{from_address}|{from_name}|{from}"})
