@@ -115,7 +115,7 @@ def reload_config(
         for spec in loaded.jobs.values()
     }
     current = dict(PollJob.objects.values_list("job_id", "definition_hash"))
-    invalid = {i.job_id for i in loaded.issues if i.job_id}
+    invalid = {job_id for i in loaded.issues for job_id in i.job_ids}
     res = ReloadResult(source=str(path or config_path()), issues=[str(i) for i in loaded.issues])
     res.add = sorted(set(desired) - set(current))
     res.remove = sorted(set(current) - set(desired) - invalid)
