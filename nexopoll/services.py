@@ -114,7 +114,9 @@ def reload_config(
         spec.id: (spec, runtime_hash(spec.definition_hash, glob, bindings.get(spec.agent, {})))
         for spec in loaded.jobs.values()
     }
-    current = dict(PollJob.objects.values_list("job_id", "definition_hash"))
+    rows = list(PollJob.objects.values_list("job_id", "definition_hash", "kind"))
+    current = {job_id: digest for job_id, digest, _ in rows}
+    old_kinds = {job_id: kind for job_id, _, kind in rows}
     invalid = {job_id for i in loaded.issues for job_id in i.job_ids}
     res = ReloadResult(source=str(path or config_path()), issues=[str(i) for i in loaded.issues])
     res.add = sorted(set(desired) - set(current))
@@ -134,7 +136,11 @@ def reload_config(
         for ids in reloadwrite.chunks(res.remove):
             PollState.objects.filter(job_id__in=ids).update(definition_hash="")
         changed = res.add + res.replace
+        kinds = {desired[i][0].kind for i in changed} | {
+            old_kinds[i] for i in res.replace + res.remove
+        }  # a plugin restarts when its own jobs change (and on no other reload)
         transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now, progress=say))
+        transaction.on_commit(lambda: _bump_kinds(kinds))
         transaction.on_commit(lambda: _retry_held(now=now))
         say("committing")
     res.applied = True
@@ -166,6 +172,17 @@ def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
     for agent in loaded.agents.values():
         Agent.objects.update_or_create(agent_id=agent.id, defaults={"bindings": agent.bindings})
     Agent.objects.exclude(agent_id__in=set(loaded.agents) | still_used).delete()
+
+
+def _bump_kinds(kinds: set[str]) -> None:
+    """Long-lived plugins restart when their own jobs changed, never on other reloads."""
+    from .runtime.redbeat_sync import bump_kind_versions
+    from .runtime.redis import get_redis
+
+    try:
+        bump_kind_versions(get_redis(), kinds)
+    except Exception as exc:  # the plugins keep their processes: no worse than no reload
+        log.warning("reload.plugin_versions_failed: %s", type(exc).__name__)
 
 
 def _sync_redbeat(
