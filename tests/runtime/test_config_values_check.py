@@ -6,6 +6,7 @@ Also: credentials written in plain text and values the DB's JSON column cannot h
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -185,3 +186,23 @@ def test_one_bad_agent_is_one_message_and_rejects_only_its_jobs(checked):
     assert "plain-hook-secret" not in err
     res = checked.reload()
     assert res.add == ["a1"] and len(res.issues) == 1
+
+
+@pytest.mark.parametrize("key", ["tick_timeout_secs", "max_concurrent_ticks"])
+def test_a_plugin_manifest_number_past_its_bounds_fails_the_check(checked, settings, key):
+    from nexopoll.runtime.registry import reset_registry
+    from tests.plugins.conftest import write_plugin
+
+    plugins = checked.path.parent / "plugins"
+    path = write_plugin(plugins, "big", ["big_kind"])
+    text = path.read_text()
+    path.write_text(re.sub(rf"{key} = \d+", f"{key} = {HUGER}", text))
+    settings.NEXOPOLL_PLUGINS_DIR = str(plugins)
+    reset_registry()
+    try:
+        checked.write_text("pollers: {}\n")
+        err = check(checked)
+    finally:
+        reset_registry()
+    line = line_of(path.read_text(), f"{key} =")
+    assert f"{path}:{line}: [plugin.poller] {key} must be an integer in " in err, err
