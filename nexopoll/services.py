@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
+from nexopoll.core.config.values import mask_plain_secrets
 from nexopoll.core.schedule import next_slot
 from nexopoll.core.yamlsrc import MAX_BYTES
 
@@ -318,7 +319,9 @@ def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
     job = require_job(job_id)
     state = PollState.objects.filter(job_id=job_id).first()
     view = job_view(job, state, now=now)
-    view["config"] = job.config  # as written: ${VAR} references, never their values
+    # as written: ${VAR} references, never their values (nor a plain-text credential
+    # kept from before such values were refused at load)
+    view["config"] = mask_plain_secrets(job.config)
     view["cursor"] = cursor_text(state.cursor) if state else None
     view["pending_deliveries"] = job_pending(job_id)
     return view

@@ -206,3 +206,27 @@ def test_a_plugin_manifest_number_past_its_bounds_fails_the_check(checked, setti
         reset_registry()
     line = line_of(path.read_text(), f"{key} =")
     assert f"{path}:{line}: [plugin.poller] {key} must be an integer in " in err, err
+
+
+def test_a_plain_credential_stored_before_the_rule_is_masked_when_shown(checked, monkeypatch):
+    """A definition kept from before plain-text credentials were refused (a row written
+    by an older version) is shown by `pollers show` and the API with them masked."""
+    from django.utils import timezone
+
+    from nexopoll import operations, services
+    from nexopoll.models import PollJob
+
+    monkeypatch.setenv("API_TOKEN", "from-the-env")
+    config = f"{HOOK}\n        headers: {{Authorization: 'Bearer ${{API_TOKEN}}'}}"
+    checked.write_text(JOB.format(kind="webhook_poll", config=config, extra=""))
+    assert checked.reload().add == ["a"]
+    job = PollJob.objects.get(job_id="a")
+    job.config = {**job.config, "headers": {"Authorization": f"Bearer {KEY}"},
+                  "url": f"https://bot:{KEY}@example.com/x?api_key={KEY}&page=2"}  # fmt: skip
+    job.save()
+    shown = services.show_job("a", now=timezone.now())
+    assert shown["config"]["headers"] == {"Authorization": "***"}
+    assert shown["config"]["url"] == "https://bot:***@example.com/x?api_key=***&page=2"
+    out = StringIO()
+    call_command("pollers", "show", "a", stdout=out)
+    assert KEY not in out.getvalue() and KEY not in operations.definition_yaml(job)

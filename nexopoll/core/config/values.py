@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..envrefs import is_secret_key
 from ..yamlsrc import Path
@@ -122,3 +122,40 @@ def _url_problems(text: str, rel: Path) -> Iterator[tuple[Path, str]]:
         if name.lower().replace("-", "_") in _SECRET_PARAMS and _is_plain(item):
             yield rel, f"URL query parameter {name!r} is " + PLAIN_SECRET
             return
+
+
+def mask_plain_secrets(value: Any, rel: Path = ()) -> Any:
+    """A copy of ``value`` with each plain-text credential (as :func:`plain_secret_problems`
+    finds them) replaced by ``***``: for showing a definition stored before such values
+    were refused at load. References are left as written."""
+    if isinstance(value, str):
+        return _mask_url(value) if any(_url_problems(value, rel)) else value
+    if isinstance(value, dict):
+        return {
+            key: MASK
+            if _is_plain(item)
+            and (is_secret_key(key) or (_is_headers(rel) and is_secret_header(key)))
+            else mask_plain_secrets(item, (*rel, key))
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [mask_plain_secrets(item, (*rel, i)) for i, item in enumerate(value)]
+    return value
+
+
+MASK = "***"
+
+
+def _mask_url(text: str) -> str:
+    parts = urlsplit(text)
+    netloc = parts.netloc
+    if parts.password and _REF not in parts.password:
+        netloc = f"{parts.username or ''}:{MASK}@{netloc.rsplit('@', 1)[1]}"
+    query = [
+        (
+            name,
+            MASK if name.lower().replace("-", "_") in _SECRET_PARAMS and _is_plain(item) else item,
+        )
+        for name, item in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return parts._replace(netloc=netloc, query=urlencode(query, safe="*${}")).geturl()
