@@ -87,3 +87,17 @@ def test_a_nul_in_an_agent_binding_rejects_the_agent():
     [issue] = cfg.issues
     assert issue.path == "agents.ana.chat.room" and "NUL" in issue.message
     assert "ana" not in cfg.agents
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        f"webhook: {{url: 'https://hook:{SECRET}@hooks.example/x'}}",
+        f"webhook: {{url: 'https://hooks.example/x?token={SECRET}'}}",
+    ],
+)
+def test_a_plain_text_credential_in_an_agent_binding_url_is_refused(binding):
+    cfg = load(f"agents:\n  ana:\n    {binding}\npollers: {{}}\n")
+    [issue] = cfg.issues
+    assert issue.path == "agents.ana.webhook.url" and "${ENV_VAR}" in issue.message
+    assert SECRET not in str(issue) and "ana" not in cfg.agents

@@ -177,6 +177,8 @@ def test_one_bad_agent_is_one_message_and_rejects_only_its_jobs(checked):
             for j, a in (("b1", "bob"), ("b2", "bob"), ("a1", "ana"))
         )
     )
+    checked.write_text(text.replace("secret: plain-hook-secret", "secret: '${TG_TOKEN}'"))
+    assert checked.reload().add == ["a1", "b1", "b2"]
     checked.write_text(text)
     err = check(checked)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
@@ -184,8 +186,8 @@ def test_one_bad_agent_is_one_message_and_rejects_only_its_jobs(checked):
     assert f"{checked.path}:5: agents.bob.webhook.secret: " in errors[0]
     assert "b1, b2" in errors[0] and "a1" not in errors[0]
     assert "plain-hook-secret" not in err
-    res = checked.reload()
-    assert res.add == ["a1"] and len(res.issues) == 1
+    res = checked.reload()  # bob's jobs keep their last good definitions
+    assert res.keep == ["a1"] and res.kept_invalid == ["b1", "b2"] and len(res.issues) == 1
 
 
 @pytest.mark.parametrize("key", ["tick_timeout_secs", "max_concurrent_ticks"])

@@ -33,7 +33,7 @@ from ..limits import AGENT_ID_RE, CHANNEL_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..yamlsrc import Path, SourceDoc
 from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path, pydantic_problems
-from .values import stored_value_problems
+from .values import plain_secret_problems, stored_value_problems
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ def _agent_problems(
         problems = list(_reference_problems(channel, binding, env, schemas.get(channel)))
         if not problems:
             problems = list(stored_value_problems(binding, (channel,)))
+            problems += plain_secret_problems(binding, (channel,))
         if not problems:
             problems = list(_shape_problems(channel, binding, env, schemas.get(channel)))
         yield from problems
