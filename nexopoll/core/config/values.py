@@ -17,7 +17,8 @@ Two families, each checked on the raw YAML (before ``${VAR}`` expansion):
     ``session`` or ``signature`` (``X-Api-Key``, ``X-Auth-Token``);
   * a key whose name says so (:func:`~nexopoll.core.envrefs.is_secret_key`:
     ``token``, ``api_key``, ``*_secret``…) anywhere in the config;
-  * a URL with a password in its userinfo (``https://user:pass@host/``);
+  * a URL's userinfo: its password (``https://user:pass@host/``), or its user name
+    when there is no password (``https://sk_live_…@host/``, a token as the user);
   * a URL query parameter named like a secret (``?token=…``, ``api_key``,
     ``access_token``, ``key``, ``password``, ``secret``, ``signature``, ``sig``).
 """
@@ -118,6 +119,10 @@ def _url_problems(text: str, rel: Path) -> Iterator[tuple[Path, str]]:
     if password and _REF not in password:
         yield rel, "a password in the URL (user:password@): " + PLAIN_SECRET
         return
+    if not password and parts.username and _REF not in parts.username:
+        # https://sk_live_…@api.example.com: a token passed as the user name
+        yield rel, "credentials in the URL (user@): " + PLAIN_SECRET
+        return
     for name, item in parse_qsl(parts.query, keep_blank_values=False):
         if name.lower().replace("-", "_") in _SECRET_PARAMS and _is_plain(item):
             yield rel, f"URL query parameter {name!r} is " + PLAIN_SECRET
@@ -151,6 +156,8 @@ def _mask_url(text: str) -> str:
     netloc = parts.netloc
     if parts.password and _REF not in parts.password:
         netloc = f"{parts.username or ''}:{MASK}@{netloc.rsplit('@', 1)[1]}"
+    elif not parts.password and parts.username and _REF not in parts.username:
+        netloc = f"{MASK}@{netloc.rsplit('@', 1)[1]}"
     query = [
         (
             name,
