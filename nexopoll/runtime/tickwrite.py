@@ -69,7 +69,7 @@ def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.T
             agent=t.job.agent,
             epoch=t.epoch,
             purpose=d.purpose,
-            channel=d.channel,
+            channel=storable_text(d.channel),
             recipient=storable_text(d.recipient),
             payload=storable(d.payload),  # an item's NUL must not fail the whole commit
             next_attempt_at=at,
