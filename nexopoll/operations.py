@@ -17,6 +17,7 @@ import yaml
 from django.conf import settings
 from django.db.models import F, Q
 
+from .core.config.values import mask_plain_secrets
 from .core.preview import FireTime, preview
 from .models import Delivery, PollJob, PollState
 from .runtime import definitions, history
@@ -33,7 +34,7 @@ def definition_yaml(job: PollJob) -> str:
     """The job's definition as written in pollers.yaml (``${VAR}`` references unexpanded)."""
     doc: dict[str, Any] = {"id": job.job_id, "kind": job.kind, "agent": job.agent}
     doc["schedule"] = job.schedule
-    doc["config"] = job.config
+    doc["config"] = mask_plain_secrets(job.config)
     if job.failure_to:
         doc["failure_to"] = job.failure_to
     if job.paused_on_boot:

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from nexopoll.core.config import ConfigIssue, LoadedConfig, load_config
+from nexopoll.core.config.values import mask_plain_secrets
 from nexopoll.core.schedule import next_slot
 from nexopoll.core.yamlsrc import MAX_BYTES
 
@@ -114,8 +115,10 @@ def reload_config(
         spec.id: (spec, runtime_hash(spec.definition_hash, glob, bindings.get(spec.agent, {})))
         for spec in loaded.jobs.values()
     }
-    current = dict(PollJob.objects.values_list("job_id", "definition_hash"))
-    invalid = {i.job_id for i in loaded.issues if i.job_id}
+    rows = list(PollJob.objects.values_list("job_id", "definition_hash", "kind"))
+    current = {job_id: digest for job_id, digest, _ in rows}
+    old_kinds = {job_id: kind for job_id, _, kind in rows}
+    invalid = {job_id for i in loaded.issues for job_id in i.job_ids}
     res = ReloadResult(source=str(path or config_path()), issues=[str(i) for i in loaded.issues])
     res.add = sorted(set(desired) - set(current))
     res.remove = sorted(set(current) - set(desired) - invalid)
@@ -134,7 +137,11 @@ def reload_config(
         for ids in reloadwrite.chunks(res.remove):
             PollState.objects.filter(job_id__in=ids).update(definition_hash="")
         changed = res.add + res.replace
+        kinds = {desired[i][0].kind for i in changed} | {
+            old_kinds[i] for i in res.replace + res.remove
+        }  # a plugin restarts when its own jobs change (and on no other reload)
         transaction.on_commit(lambda: _sync_redbeat(changed, res.remove, now=now, progress=say))
+        transaction.on_commit(lambda: _bump_kinds(kinds))
         transaction.on_commit(lambda: _retry_held(now=now))
         say("committing")
     res.applied = True
@@ -166,6 +173,17 @@ def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
     for agent in loaded.agents.values():
         Agent.objects.update_or_create(agent_id=agent.id, defaults={"bindings": agent.bindings})
     Agent.objects.exclude(agent_id__in=set(loaded.agents) | still_used).delete()
+
+
+def _bump_kinds(kinds: set[str]) -> None:
+    """Long-lived plugins restart when their own jobs changed, never on other reloads."""
+    from .runtime.redbeat_sync import bump_kind_versions
+    from .runtime.redis import get_redis
+
+    try:
+        bump_kind_versions(get_redis(), kinds)
+    except Exception as exc:  # the plugins keep their processes: no worse than no reload
+        log.warning("reload.plugin_versions_failed: %s", type(exc).__name__)
 
 
 def _sync_redbeat(
@@ -301,7 +319,9 @@ def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
     job = require_job(job_id)
     state = PollState.objects.filter(job_id=job_id).first()
     view = job_view(job, state, now=now)
-    view["config"] = job.config  # as written: ${VAR} references, never their values
+    # as written: ${VAR} references, never their values (nor a plain-text credential
+    # kept from before such values were refused at load)
+    view["config"] = mask_plain_secrets(job.config)
     view["cursor"] = cursor_text(state.cursor) if state else None
     view["pending_deliveries"] = job_pending(job_id)
     return view

@@ -33,6 +33,9 @@ AT_NOMINAL_INTERVAL = timedelta(seconds=60)
 MIN_EVERY_SECS = 1
 MAX_EVERY_SECS = 366 * 86_400
 
+#: Years an ``at`` may name: far enough from ``datetime``'s limits that adding a lease
+#: TTL or a backoff to it cannot overflow.
+AT_YEARS = (1970, 9000)
 SCHEDULE_FIELDS = ("at", "cron", "every_secs", "tz")
 _CRON_SAMPLE = 6
 _STAGGER_REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
@@ -334,9 +337,9 @@ def parse_rfc3339(text: str) -> datetime:
     micros = f".{(fraction or '0')[:6]:0<6}"
     try:
         parsed = datetime.fromisoformat(f"{date}T{time}{micros}{offset.upper()}")
-    except ValueError:
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):  # 0001-01-01T00:00:00+01:00 is before datetime.min
         raise ScheduleError(f"{text!r} is not a valid date and time", field="at") from None
-    return parsed.astimezone(UTC)
 
 
 def _as_utc(value: datetime, name: str) -> datetime:
@@ -373,7 +376,12 @@ def _at_from(raw: object) -> datetime:
         raise ScheduleError(
             f"must be an RFC3339 timestamp string, got a {type(raw).__name__}", field="at"
         )
-    return parse_rfc3339(raw)
+    at = parse_rfc3339(raw)
+    if not AT_YEARS[0] <= at.year <= AT_YEARS[1]:
+        raise ScheduleError(
+            f"must be between the years {AT_YEARS[0]} and {AT_YEARS[1]}", field="at"
+        )
+    return at
 
 
 def _cron_from(expr: object, tz: object, now: datetime | None) -> CronSchedule:

@@ -53,10 +53,31 @@ _SECTIONS = {
 class ManifestError(ValueError):
     """One or more problems in one manifest; ``problems`` lists them all."""
 
-    def __init__(self, path: str, problems: list[str]) -> None:
+    def __init__(self, path: str, problems: list[str], text: str = "") -> None:
         self.path = path
         self.problems = problems
-        super().__init__("; ".join(f"{path}: {p}" for p in problems))
+        lines = [_line_of(text, p) for p in problems]
+        super().__init__(
+            "; ".join(
+                f"{path}:{line}: {p}" if line else f"{path}: {p}"
+                for p, line in zip(problems, lines, strict=True)
+            )
+        )
+
+
+_PROBLEM_KEY = re.compile(r"(?:\[plugin(?:\.\w+)?\] |unknown key (?:plugin\.)?(?:\w+\.)?)(\w+)")
+
+
+def _line_of(text: str, problem: str) -> int | None:
+    """The line of the key a problem names (``[plugin.poller] tick_timeout_secs …``)."""
+    match = _PROBLEM_KEY.match(problem)
+    if not text or match is None:
+        return None
+    key = re.compile(rf"\s*{re.escape(match.group(1))}\s*=")
+    for number, line in enumerate(text.splitlines(), 1):
+        if key.match(line):
+            return number
+    return None
 
 
 class DuplicateKindError(ValueError):
@@ -135,7 +156,7 @@ def parse_manifest(text: str, path: str) -> Manifest:
             "without a trailing dot or spaces"
         )
     if problems:
-        raise ManifestError(path, problems)
+        raise ManifestError(path, problems, text)
     return Manifest(
         plugin_id=plugin_id,
         path=path,

@@ -3,7 +3,8 @@
 ``ephemeral``: a fresh process per tick, stopped (its group killed) after the reply.
 ``long_lived``: one process per plugin per worker process, shared by every kind
 and tick of the plugin (requests multiplexed by id), restarted with backoff when
-it dies, stopped cleanly on worker shutdown and when its manifest changes.
+it dies, stopped cleanly on worker shutdown, when its manifest changes and when a
+reload adds, changes or removes one of its own jobs (never on an unrelated reload).
 Both lifecycles hold a slot of the plugin's Redis semaphore for the whole tick,
 so ``max_concurrent_ticks`` holds across all worker processes.
 """
@@ -157,7 +158,7 @@ class PluginPoller(Poller):
             timeout = min(timeout, remaining)
         deadline = time.monotonic() + timeout
         sem = Semaphore(self._redis(), m.plugin_id, m.max_concurrent_ticks,
-                        int((m.tick_timeout_secs + 10) * 1000), _version_key())  # fmt: skip
+                        int((m.tick_timeout_secs + 10) * 1000), _version_keys(m))  # fmt: skip
         token = sem.acquire(deadline, ctx.cancel)
         if token is None:
             raise TransientError(
@@ -226,10 +227,12 @@ def stop_all() -> None:
             log.warning("plugin.stop_failed id=%s", p.manifest.plugin_id, exc_info=True)
 
 
-def _version_key() -> str:
-    from nexopoll.runtime.keys import version_key
+def _version_keys(m: Manifest) -> list[str]:
+    """The reload versions of the plugin's own kinds: a reload that changes only other
+    jobs leaves them, and the plugin's process with its in-flight ticks, alone."""
+    from nexopoll.runtime.keys import kind_version_key
 
-    return version_key()
+    return [kind_version_key(kind) for kind in sorted(m.kinds)]
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

@@ -3,15 +3,18 @@
 Holders live in a sorted set scored by their expiry (Redis server time), so a
 holder that dies without releasing frees its slot when its TTL passes. Acquire
 and release are single Lua scripts; release removes only the caller's token.
-Acquiring also reads the reload version (``keys.version_key``, bumped when a
-``pollers reload`` changes the schedule) in the same round trip, so long-lived
-plugins can restart on reload without an extra Redis call per tick.
+Acquiring also reads the plugin's reload version (``keys.kind_version_key`` of each
+of its kinds, bumped when a ``pollers reload`` adds, changes or removes a job of that
+kind) in the same round trip, so a long-lived plugin restarts when its own jobs
+change, and not on a reload that only touched other jobs, without an extra Redis
+call per tick.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 
 from nexopoll.core.contract import CancelToken
 
@@ -19,7 +22,11 @@ _ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local version = redis.call('GET', KEYS[2]) or ''
+local parts = {}
+for i = 2, #KEYS do
+  parts[#parts + 1] = redis.call('GET', KEYS[i]) or '-'
+end
+local version = table.concat(parts, ',')
 if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
@@ -35,11 +42,13 @@ def key(plugin_id: str) -> str:
 
 class Semaphore:
     def __init__(
-        self, client, plugin_id: str, limit: int, ttl_ms: int, version_key: str = ""
-    ) -> None:
+        self, client, plugin_id: str, limit: int, ttl_ms: int,
+        version_keys: str | Sequence[str] = (),
+    ) -> None:  # fmt: skip
         self.client = client
         self.key = key(plugin_id)
-        self.version_key = version_key or self.key + ":noversion"
+        keys = [version_keys] if isinstance(version_keys, str) else list(version_keys)
+        self.version_keys = keys or [self.key + ":noversion"]
         self.version: str | None = None  # the reload version seen at the last acquire
         self.limit = limit
         self.ttl_ms = ttl_ms
@@ -48,7 +57,7 @@ class Semaphore:
     def try_acquire(self) -> str | None:
         token = uuid.uuid4().hex
         ok, version = self._acquire(
-            keys=[self.key, self.version_key], args=[self.limit, self.ttl_ms, token]
+            keys=[self.key, *self.version_keys], args=[self.limit, self.ttl_ms, token]
         )
         self.version = version.decode() if isinstance(version, bytes) else str(version)
         return token if ok else None

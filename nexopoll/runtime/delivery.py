@@ -51,6 +51,7 @@ from nexopoll.core.errors import (
     classify,
 )
 from nexopoll.core.redact import redact, secret_values
+from nexopoll.core.storable import storable_text
 
 from ..models import Agent, Delivery, DeliveryStatus
 from . import metricstore, ratelimit
@@ -250,7 +251,7 @@ def _agent_bindings(agent: str) -> dict | None:
 
 def _held(row: Delivery, reason: str, *, now: datetime, secrets: frozenset[str]) -> str:
     """Keep the row for after the configuration is fixed; the attempt does not count."""
-    message = redact(reason[:2000], secrets)
+    message = storable_text(redact(reason[:2000], secrets))  # PostgreSQL refuses a NUL
     Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
         status=DeliveryStatus.HELD,
         attempts=F("attempts") - 1,
@@ -270,7 +271,7 @@ def _held(row: Delivery, reason: str, *, now: datetime, secrets: frozenset[str])
 
 
 def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[str]) -> str:
-    message = redact((str(exc) or type(exc).__name__)[:2000], secrets)
+    message = storable_text(redact((str(exc) or type(exc).__name__)[:2000], secrets))
     permanent = classify(exc) is not ErrorClass.TRANSIENT or isinstance(exc, PermanentError)
     if permanent or row.attempts >= settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS:
         Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(

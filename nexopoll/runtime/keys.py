@@ -33,6 +33,12 @@ def version_key() -> str:
     return key_prefix() + "nexopoll:version"
 
 
+def kind_version_key(kind: str) -> str:
+    """Bumped when a reload adds, changes or removes a job of ``kind``: a long-lived plugin
+    restarts when the version of one of its kinds moved, and only then."""
+    return key_prefix() + "nexopoll:kind-version:" + kind
+
+
 def synced_key() -> str:
     """Present while the entries mirror the DB; its absence (a flush) triggers a resync."""
     return key_prefix() + "nexopoll:synced"

@@ -102,6 +102,18 @@ def delete_entries(client: Any, job_ids: Iterable[str]) -> int:
     return len(ids)
 
 
+def bump_kind_versions(client: Any, kinds: Iterable[str]) -> None:
+    """Move the reload version of each of ``kinds`` (their jobs changed): the long-lived
+    plugins serving them restart; the others keep their processes and in-flight ticks."""
+    kinds = sorted(set(kinds))
+    if not kinds:
+        return
+    with client.pipeline(transaction=False) as pipe:
+        for kind in kinds:
+            pipe.incr(keys.kind_version_key(kind))
+        pipe.execute()
+
+
 CHUNK = 500
 
 

@@ -205,6 +205,45 @@ def db_error_class(exc: BaseException) -> ErrorClass | None:
     return None
 
 
+# SQLSTATE classes (PostgreSQL's, which SQLite's errors do not carry) -> what operators read
+_SQLSTATE_CLASSES = {
+    "08": "the connection to the database was lost",
+    "22": "a value the database cannot store",
+    "23": "a value breaks a database constraint",
+    "25": "the transaction was aborted",
+    "40": "the transaction was rolled back (serialization failure or deadlock)",
+    "53": "the database is out of resources",
+    "57": "the statement was cancelled (timeout or shutdown)",
+}
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """A short message for a DB error, free of SQL text and of the values in it.
+
+    The driver's own text can quote the statement, its parameters or the refused value
+    (an item's text): none of it is kept, only the error's class and SQLSTATE.
+
+    >>> describe_db_error(DataError("invalid input syntax ... INSERT INTO ..."))
+    'DataError: a value the database cannot store'
+    """
+    cause = exc.__cause__ or exc
+    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    if isinstance(state, str) and state[:2] in _SQLSTATE_CLASSES:
+        what = _SQLSTATE_CLASSES[state[:2]]
+        return f"{type(exc).__name__}: {what} (SQLSTATE {state})"
+    if isinstance(exc, DataError):
+        what = "a value the database cannot store"
+    elif isinstance(exc, IntegrityError):
+        what = "a value breaks a database constraint"
+    elif "locked" in str(exc).lower():  # SQLite's "database is locked"
+        what = "the database is locked"
+    elif isinstance(exc, OperationalError | InterfaceError):
+        what = "the database is unreachable or timed out"
+    else:
+        what = "the database failed the statement"
+    return f"{type(exc).__name__}: {what}"
+
+
 def drop_if_unusable() -> None:
     """Close this thread's DB connection if it broke, so the next query reconnects.
 

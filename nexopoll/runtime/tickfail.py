@@ -38,7 +38,7 @@ def db_unavailable(
 ) -> tick.TickReport:
     """A transient DB error before or at commit: nothing committed; the task retries soon."""
     store.drop_if_unusable()
-    message = f"database unavailable {where}: {tick._describe(exc)}"
+    message = f"database unavailable {where}: {store.describe_db_error(exc)}"
     log.warning("tick.db_error job=%s class=%s %s", job_id, type(exc).__name__, message)
     return tick.TickReport(job_id, "transient", reason="database unavailable", error=message,
                       db_error=True)  # fmt: skip
@@ -60,7 +60,7 @@ def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.Ti
         best_effort(lambda: store.record_failure(job_id, t.epoch, failed, t.expect))
         return report
     store.drop_if_unusable()
-    message = redact(f"the database refused the tick's commit: {tick._describe(exc)}", secrets)
+    message = f"the database refused the tick's commit: {store.describe_db_error(exc)}"
     log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
     decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
                             next_slot_at=t.next_slot_at)  # fmt: skip

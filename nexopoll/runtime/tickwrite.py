@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
+from nexopoll.core.storable import storable, storable_text
 
 from ..models import Delivery
 from . import pacing, store
@@ -68,9 +69,9 @@ def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.T
             agent=t.job.agent,
             epoch=t.epoch,
             purpose=d.purpose,
-            channel=d.channel,
-            recipient=d.recipient,
-            payload=d.payload,
+            channel=storable_text(d.channel),
+            recipient=storable_text(d.recipient),
+            payload=storable(d.payload),  # an item's NUL must not fail the whole commit
             next_attempt_at=at,
             created_at=t.now,
         )
@@ -82,6 +83,8 @@ def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.T
         "items_dispatched_total": report.items_dispatched,
     }
     report.delivery_ids = [str(r.id) for r in rows]
+    fields = {k: storable_text(v) if isinstance(v, str) else v for k, v in fields.items()}
+    report.error = storable_text(report.error)  # the history's copy of last_error
     changed = store.changed(t.row, fields)
     return store.TickWrite(t.job.job_id, t.epoch, changed, increments, rows, t.expect)
 

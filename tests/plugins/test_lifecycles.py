@@ -119,15 +119,19 @@ def test_a_failed_tick_leaves_its_deliveries_with_the_host_only(plugin):
     assert len(host.deliveries) == 1  # recorded, but the tick failed: tick.py drops them
 
 
-def test_long_lived_plugin_is_stopped_cleanly_on_pollers_reload(plugin, redis_client):
-    from nexopoll.runtime.keys import version_key
+def test_long_lived_plugin_is_stopped_cleanly_when_a_reload_changes_its_jobs(plugin, redis_client):
+    from nexopoll.runtime.keys import kind_version_key, version_key
 
     p = plugin(lifecycle="long_lived")
     p.tick(make_ctx("misbehave", {}))
     p.tick(make_ctx("misbehave", {}))
     old = p.long_lived.proc
     assert old.alive  # no reload yet: the same process serves
-    redis_client.incr(version_key())  # what a reload that changed the schedule does
+    redis_client.incr(version_key())  # a reload that changed other kinds' jobs only
+    redis_client.incr(kind_version_key("other_kind"))
+    p.tick(make_ctx("misbehave", {}))
+    assert p.long_lived.proc is old and old.alive
+    redis_client.incr(kind_version_key("misbehave"))  # a reload that changed one of its jobs
     assert p.tick(make_ctx("misbehave", {})).next_cursor == b"1"
     assert p.long_lived.proc.pid != old.pid
     assert old.proc.returncode == 0  # stopped by closing its stdin, not killed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nexopoll.plugins.manifest import (
@@ -105,7 +107,7 @@ def test_every_validation_error_is_reported_with_the_file(name, text, message):
     with pytest.raises(ManifestError) as info:
         parse_manifest(text, "/plugins/x/nexopoll-plugin.toml")
     assert message in str(info.value)
-    assert str(info.value).startswith("/plugins/x/nexopoll-plugin.toml: ")
+    assert re.match(r"/plugins/x/nexopoll-plugin\.toml(:\d+)?: ", str(info.value))
 
 
 def test_all_problems_are_reported_at_once():
@@ -149,3 +151,16 @@ def test_discovery_finds_manifests_one_level_down_and_keeps_bad_ones_apart(tmp_p
     assert "broken" in text and "[plugin] id must be" in text
     assert "plugin id 'alpha' is also used by" in text
     assert load_manifests(str(tmp_path / "missing")) == ([], [])
+
+
+@pytest.mark.parametrize("key", ["tick_timeout_secs", "max_concurrent_ticks"])
+@pytest.mark.parametrize("value", ["1000000000000000", "1000000000000000000", "0", "-1"])
+def test_a_number_past_its_bounds_is_refused_with_file_line_and_field(key, value):
+    good = manifest_text("x", ["k1"])
+    text = re.sub(rf"{key} = \d+", f"{key} = {value}", good)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if t.startswith(key))
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(text, "/plugins/x/nexopoll-plugin.toml")
+    assert str(info.value).startswith(
+        f"/plugins/x/nexopoll-plugin.toml:{line}: [plugin.poller] {key}"
+    )

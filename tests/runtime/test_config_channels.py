@@ -37,9 +37,9 @@ def test_reload_rejects_a_quoted_boolean_in_a_binding(cfg):
     agents = {"ana": {"webhook": {"url": "https://h.example", "allow_private_networks": "false"}}}
     cfg.write([scripted("a")], agents=agents)
     res = cfg.reload()
-    [agent_issue, job_issue] = res.issues
+    [agent_issue] = res.issues  # the agent's one issue names the jobs it rejects
     assert "agents.ana.webhook.allow_private_networks: Input should be a valid boolean" in (
         agent_issue
     )
-    assert "jobs[a].agent: agent 'ana' has configuration errors" in job_issue
+    assert agent_issue.endswith("(agent 'ana' is rejected, and with it its jobs: a)")
     assert not PollJob.objects.exists()

@@ -189,6 +189,10 @@ def test_a_value_the_db_refuses_pauses_the_job_with_the_reason_and_alerts(cfg, r
     s = st("a")
     assert s.paused and "the database refused the tick's commit" in s.paused_reason
     assert s.last_status == "permanent" and "refused" in s.last_error
+    # classified, never the driver's text: no SQL, no table, no refused value
+    assert s.paused_reason.endswith("DataError: a value the database cannot store (SQLSTATE 22001)")
+    for leak in ("INSERT", "poll_outbox", "rrrrrrrr", "VALUES"):
+        assert leak not in s.paused_reason + s.last_error
     assert s.cursor is None and s.epoch == 2 and s.ticks_total == 1
     alert = Delivery.objects.get()  # no item row, only the alert
     assert alert.purpose == "alert" and alert.recipient == "oncall"

@@ -30,6 +30,7 @@ Rules chosen where the format leaves room (see also :func:`load_config`):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -133,7 +134,18 @@ def load_config(
     known = KnownAgents(agents, bad_agents, channels)
     loader = JobLoader(doc, source, env, now, validators, settings, known)
     jobs = loader.load(raw_jobs)
-    return LoadedConfig(settings, jobs, agents, issues + loader.issues)
+    return LoadedConfig(
+        settings, jobs, agents, _with_rejects(issues, loader.by_bad_agent) + loader.issues
+    )
+
+
+def _with_rejects(issues: list[ConfigIssue], by_agent: dict[str, list[str]]) -> list[ConfigIssue]:
+    """The agents' issues, the first of each naming the jobs it rejects (once)."""
+    out = []
+    for issue in issues:
+        jobs = by_agent.pop(issue.agent_id, None) if issue.agent_id is not None else None
+        out.append(issue if not jobs else replace(issue, rejects=tuple(jobs)))
+    return out
 
 
 def _check_top_level(doc: SourceDoc, source: str) -> None:

@@ -33,6 +33,7 @@ from ..limits import AGENT_ID_RE, CHANNEL_RE, is_name, must_match
 from ..redact import redact, secret_values
 from ..yamlsrc import Path, SourceDoc
 from .model import AgentSpec, ConfigFileError, ConfigIssue, fmt_path, pydantic_problems
+from .values import plain_secret_problems, stored_value_problems
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,8 @@ def load_agents(
         for rel, message in problems:
             message = redact(message, secrets)
             line = doc.line_of(("agents", agent_id, *rel))
-            issues.append(
-                ConfigIssue(source, line, None, fmt_path("agents", (agent_id, *rel)), message)
-            )
+            path = fmt_path("agents", (agent_id, *rel))
+            issues.append(ConfigIssue(source, line, None, path, message, agent_id))
         if problems:
             bad.add(agent_id)
         else:
@@ -102,9 +102,15 @@ def _agent_problems(
         if not is_name(CHANNEL_RE, channel):
             yield (channel,), must_match("channel name", CHANNEL_RE)
         if not isinstance(binding, dict):
-            yield (channel,), "binding must be a mapping"
+            message = "binding must be a mapping"
+            if is_secret_key(channel):
+                message += " (a secret belongs inside a channel's binding, as an ${ENV_VAR})"
+            yield (channel,), message
             continue
         problems = list(_reference_problems(channel, binding, env, schemas.get(channel)))
+        if not problems:
+            problems = list(stored_value_problems(binding, (channel,)))
+            problems += plain_secret_problems(binding, (channel,))
         if not problems:
             problems = list(_shape_problems(channel, binding, env, schemas.get(channel)))
         yield from problems

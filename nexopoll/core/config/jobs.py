@@ -34,6 +34,7 @@ from .model import (
     pydantic_problems,
     split_path,
 )
+from .values import plain_secret_problems, stored_value_problems
 
 
 class JobLoader:
@@ -54,6 +55,8 @@ class JobLoader:
         self.known_kinds = ", ".join(sorted(validators)) or "(none)"
         self.issues: list[ConfigIssue] = []
         self.first_line: dict[str, int | None] = {}
+        # jobs rejected only because their agent is invalid: the agent's issue says so once
+        self.by_bad_agent: dict[str, list[str]] = {}
 
     def load(self, raw_jobs: list[Any]) -> dict[str, JobSpec]:
         jobs: dict[str, JobSpec] = {}
@@ -104,6 +107,12 @@ class JobLoader:
             return None
         if job_id is None:
             problems.append((("id",), must_match("job id", JOB_ID_RE)))
+        unstorable = list(stored_value_problems(item.get("config"), ("config",)))
+        problems.extend(unstorable)
+        problems.extend(plain_secret_problems(item.get("config"), ("config",)))
+        bad_agent = model.agent in self.known.bad
+        if bad_agent and job_id is not None:
+            self.by_bad_agent.setdefault(model.agent, []).append(job_id)
         self._check_names(model, problems, item.get("config"))
         outside = {k: v for k, v in item.items() if k != "config"}
         for rel, _ in ref_strings(outside, (), []):
@@ -114,9 +123,9 @@ class JobLoader:
         config = self._expanded_config(raw_config, problems, secrets)
         if model.kind not in self.validators:
             problems.append((("kind",), self._unknown_kind(model.kind)))
-        elif config is not None:
+        elif config is not None and not unstorable:
             self._validate(model.kind, config, problems)
-        if problems or schedule is None or job_id is None:
+        if problems or schedule is None or job_id is None or bad_agent:
             return None
         jitter = self.settings.default_jitter_ms if stagger is None else stagger
         return self._spec(job_id, model, schedule, jitter, raw_config, index)
@@ -138,9 +147,7 @@ class JobLoader:
         if not is_name(AGENT_ID_RE, agent):
             problems.append((("agent",), must_match("agent id", AGENT_ID_RE)))
             return
-        if agent in self.known.bad:
-            message = f"agent {agent!r} has configuration errors (see agents.{agent})"
-            problems.append((("agent",), message))
+        if agent in self.known.bad:  # rejected by the agent's own issue (see load_config)
             return
         if model.failure_to is not None:
             message = self._binding_problem(agent, model.failure_to.channel, "alerts")

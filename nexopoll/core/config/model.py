@@ -21,7 +21,12 @@ from ..schedule import SCHEDULE_FIELDS, Schedule, schedule_to_dict
 from ..yamlsrc import Path
 
 MAX_JOBS = 100_000
-MAX_JITTER_MS = 86_400_000
+# Every number in the file has bounds that the DB (32-bit integer columns) and
+# ``timedelta`` hold with room to spare; a value past them is refused at load.
+MAX_JITTER_MS = 86_400_000  # 1 day
+MAX_ALERT_COOLDOWN_SECS = 366 * 86_400  # 1 year
+MAX_BREAKER_THRESHOLD = 10_000
+MAX_LEASE_TTL_FACTOR = 1000
 
 _CANONICAL_JSON = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
@@ -30,17 +35,37 @@ _CANONICAL_JSON = json.JSONEncoder(
 
 @dataclass(frozen=True)
 class ConfigIssue:
-    """One problem found in the file, located by source, line, job and field path."""
+    """One problem found in the file, located by source, line, job and field path.
+
+    An agent's issue names the agent in ``agent_id``; the first issue of an agent also
+    lists in ``rejects`` the jobs it rejects (they get no issue of their own).
+    """
 
     source: str
     line: int | None
     job_id: str | None
     path: str
     message: str
+    agent_id: str | None = None
+    rejects: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
-        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+        message = self.message
+        if self.rejects:
+            shown = ", ".join(self.rejects[:MAX_LISTED])
+            more = len(self.rejects) - MAX_LISTED
+            shown += f" and {more} more" if more > 0 else ""
+            message += f" (agent {self.agent_id!r} is rejected, and with it its jobs: {shown})"
+        return f"{where}: {self.path}: {message}" if self.path else f"{where}: {message}"
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        """The jobs this issue rejects (they keep their last good definitions)."""
+        return self.rejects if self.job_id is None else (self.job_id, *self.rejects)
+
+
+MAX_LISTED = 10  # job ids an agent's issue names before "and N more"
 
 
 class ConfigFileError(Exception):
@@ -141,9 +166,9 @@ class SettingsModel(BaseModel):
     enabled: bool = True
     state_db: str | None = None
     default_jitter_ms: int = Field(5000, ge=0, le=MAX_JITTER_MS)
-    lease_ttl_factor: float = Field(2.0, gt=0, le=1000, allow_inf_nan=False)
-    failure_alert_cooldown_secs: int = Field(3600, ge=0)
-    breaker_threshold: int = Field(5, ge=1)
+    lease_ttl_factor: float = Field(2.0, gt=0, le=MAX_LEASE_TTL_FACTOR, allow_inf_nan=False)
+    failure_alert_cooldown_secs: int = Field(3600, ge=0, le=MAX_ALERT_COOLDOWN_SECS)
+    breaker_threshold: int = Field(5, ge=1, le=MAX_BREAKER_THRESHOLD)
     jobs: list[Any] | None = None
 
 
