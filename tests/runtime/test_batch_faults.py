@@ -54,7 +54,8 @@ def queued(redis_client) -> set[str]:
 
 
 def rows_of(job_ids: list[str]) -> set[str]:
-    return {str(i) for i in Delivery.objects.filter(job_id__in=job_ids).values_list("id", flat=True)}
+    rows = Delivery.objects.filter(job_id__in=job_ids)
+    return {str(i) for i in rows.values_list("id", flat=True)}
 
 
 def hang(redis_client, job_id: str) -> None:
