@@ -228,4 +228,3 @@ def internal_error(job_id: str, exc: BaseException, t: tick._Tick | None) -> tic
     secrets = t.job.secret_values(secret_env()) if t is not None else logredact.known()
     error = redact(tick._describe(exc), secrets)
     return tick.TickReport(job_id, "transient", reason="internal error", error=error)
-

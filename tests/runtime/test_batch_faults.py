@@ -250,9 +250,7 @@ def test_a_batch_publishes_its_deliveries_after_the_commit_never_before(cfg, red
     assert queued(redis_client) == rows_of(ids)
 
 
-def test_an_exception_at_commit_is_recorded_as_a_failure_and_releases_the_lease(
-    cfg, redis_client
-):
+def test_an_exception_at_commit_is_recorded_as_a_failure_and_releases_the_lease(cfg, redis_client):
     """A single tick whose commit raises something other than a DB error (an error text
     with a character no DB driver encodes): status, error count, breaker, history."""
     setup(cfg, redis_client, ["a"], breaker_threshold=2)
@@ -288,9 +286,7 @@ def test_an_exception_at_commit_in_a_batch_fails_that_tick_alone(cfg, redis_clie
     assert not any(r.takeover for r in again.values()) and again["j01"].committed
 
 
-def test_an_internal_error_in_a_batch_reaches_the_history_redacted(
-    cfg, redis_client, monkeypatch
-):
+def test_an_internal_error_in_a_batch_reaches_the_history_redacted(cfg, redis_client, monkeypatch):
     """A bug outside the poller (here: building the alert) fails that tick alone; its
     text is masked like every error the runtime keeps."""
     monkeypatch.setenv("NP_TEST_TOKEN", "s3cr3t-t0ken-value")

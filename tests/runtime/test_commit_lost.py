@@ -81,9 +81,7 @@ def test_a_batch_whose_commit_reply_is_lost_reports_its_ticks_committed(cfg, red
     assert len(rows) == 6 and queued(redis_client) == rows  # the after-commit step ran
 
 
-def test_a_single_tick_whose_commit_reply_is_lost_reports_itself_committed(
-    cfg, redis_client, cut
-):
+def test_a_single_tick_whose_commit_reply_is_lost_reports_itself_committed(cfg, redis_client, cut):
     cfg.write([scripted("a")])
     cfg.reload()
     redis_client.delete("nexopoll")
