@@ -107,6 +107,8 @@ class Waves:
                 report = tick.TickReport(job_id, "transient", reason="internal error")
                 self._pending.append(_Done(job_id, datetime.now(UTC), report))
         self._drain()
+        if self._busy:  # no tick ran here: the skipped ones are counted all the same
+            self._release([], {})
         for future in self._hooks:
             future.exception()  # wait: the batch ends after its ticks' hooks
         return list(self._reports.values())
@@ -180,7 +182,7 @@ def commit(ran: list[Ran], hooks: list) -> dict[str, tick.TickReport]:
     kept = tickfail.leases_kept([r.t.held for r in ran if r.t.held is not None])
     for r in ran:
         if r.t.held is not None and r.t.job.job_id not in kept:
-            out[r.t.job.job_id] = _ended(r, tick.lease_lost(r.t))
+            out[r.t.job.job_id] = _ended(r, tickfail.lease_lost(r.t))
     ran = [r for r in ran if r.t.job.job_id not in out]
     try:
         fenced = store.commit_ticks([r.write for r in ran]) if ran else set()

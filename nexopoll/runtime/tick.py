@@ -345,13 +345,8 @@ def stage(
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     fields["last_started_at"] = t.now
     if check_lease and t.held is not None and not tickfail.leases_kept([t.held]):
-        return lease_lost(t)
+        return tickfail.lease_lost(t)
     return tickwrite.build_write(t, fields, report)
-
-
-def lease_lost(t: _Tick) -> TickReport:
-    log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
-    return TickReport(t.job.job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
 
 
 def fenced(t: _Tick) -> TickReport:

@@ -60,6 +60,12 @@ def leases_kept(leases: list[lease.Lease]) -> set[str]:
     return kept
 
 
+def lease_lost(t: tick._Tick) -> tick.TickReport:
+    log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
+    return tick.TickReport(t.job.job_id, "fenced", reason="lease lost before commit",
+                           epoch=t.epoch)  # fmt: skip
+
+
 def landed(exc: BaseException, writes: list[store.TickWrite]) -> set[str]:
     """After a commit raised ``exc``: the jobs of ``writes`` whose commit is in the DB all
     the same (the connection was lost after COMMIT was sent: the reply never came)."""
