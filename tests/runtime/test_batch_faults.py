@@ -220,7 +220,8 @@ def test_a_slow_after_commit_hook_does_not_hold_back_the_mates_deliveries(cfg, r
     setup(cfg, redis_client, ids)
     redis_client.set("test:hook_hold:j00", "1")  # j00's after-commit hook hangs
     batch = Batch(ids, ttl_ms=30_000)
-    wait_for(lambda: queued(redis_client) == rows_of(ids), 10, what="every row queued")
+    wait_for(lambda: len(queued(redis_client)) == 6, 10, what="every row queued")
+    assert queued(redis_client) == rows_of(ids)
     wait_for(lambda: all(no_lease_or_marker(redis_client, j) for j in ids), 10,
              what="every lease released")  # fmt: skip
     assert not redis_client.exists("test:hook_done:j00")
@@ -309,3 +310,27 @@ def test_an_internal_error_in_a_batch_reaches_the_history_redacted(cfg, redis_cl
     entry = history.entries(redis_client, "j01")[0]
     assert "s3cr3t" not in entry.error and "cannot build the alert" in entry.error
     assert no_lease_or_marker(redis_client, "j01")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_mates_do_not_wait_for_a_job_that_polls_on_the_poll_threads_and_hangs(
+    cfg, redis_client, settings
+):
+    """A job whose last tick was slow polls on the poll threads from the start; when it
+    hangs, the jobs the batch polled itself commit as soon as they are done."""
+    settings.NEXOPOLL_BATCH_SLOW_MS = 60_000  # only the slow job polls on the threads
+    settings.NEXOPOLL_BATCH_BUDGET_SECS = 60
+    ids = ["j00", "j01", "j02"]
+    setup(cfg, redis_client, ids)
+    PollState.objects.filter(job_id="j00").update(last_latency_ms=120_000)
+    hang(redis_client, "j00")
+    batch = Batch(ids, ttl_ms=30_000)
+    wait_for(lambda: redis_client.get("test:blocked:j00"), 10, what="j00 hangs")
+    wait_for(lambda: len(queued(redis_client)) == 4, 10, what="the mates' rows queued")
+    assert queued(redis_client) == rows_of(["j01", "j02"])
+    assert not redis_client.llen("test:done:j00") and batch.thread.is_alive()
+    wait_for(lambda: no_lease_or_marker(redis_client, "j01"), 10, what="j01 released")
+    unhang(redis_client, "j00")
+    reports = batch.join()
+    assert all(r.committed for r in reports.values())
+    assert queued(redis_client) == rows_of(ids)
