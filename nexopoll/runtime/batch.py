@@ -7,14 +7,15 @@ A batch does what each of its ticks would do alone, with fewer round trips:
 1. the leases of every job, in one pipelined Redis round trip;
 2. their state rows, in one query;
 3. each job's tick in turn, exactly as ``tick.py`` runs it (epoch, breaker, crash
-   cap, deadline, the pure decision);
-4. one transaction for every tick's fenced write: each UPDATE still compares and
-   swaps on the version its tick read, so a fenced tick writes nothing and the
-   others commit;
-5. leases released, history appended and metrics counted in one more round trip.
+   cap, a deadline counted from when its lease was taken, the pure decision);
+4. one transaction for the ticks' fenced writes (each UPDATE still compares and swaps
+   on the version its tick read, so a fenced tick writes nothing and the others
+   commit), then leases released, history appended and metrics counted in one more
+   round trip. Once a tick stalls, the ticks commit in waves as they finish
+   (``batchcommit.py``): a stalled tick never holds back its mates.
 
 Per-job semantics stay those of a single tick. A busy lease skips that job alone.
-A DB error in the shared commit rolls it back and each tick then commits alone, so
+Any error in a shared commit rolls it back and each tick then commits alone, so
 one bad row never holds back the others. A transient failure is retried by a single
 ``nexopoll.tick`` message for that job. A job whose earlier tick never ended (its
 crash marker says so) goes back to the queue as a single tick, so a tick that kills
@@ -38,39 +39,28 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from nexopoll.core.decide import Decision
-
-from . import lease, metricstore, store, tick, tickfail
-from .history import record_many
+from . import batchcommit, lease, store, tick, tickfail
 from .redis import get_redis
 
 log = logging.getLogger("nexopoll.tick")
-
-
-@dataclass
-class _Ran:
-    """A tick that ran and waits for the batch's commit."""
-
-    t: tick._Tick
-    report: tick.TickReport
-    decision: Decision
-    write: store.TickWrite
 
 
 class _Work:
     """The batch's jobs not started yet. The batch's thread takes them one by one; once
     one stalls, the watchdog hands all the others to the shared poll threads at once."""
 
-    def __init__(self, job_ids: list[str], run: Callable[[str], None]) -> None:
+    def __init__(
+        self, job_ids: list[str], run: Callable[[str], None], stalled: Callable[[], None]
+    ) -> None:
         self._left = deque(job_ids)
         self._lock = threading.Lock()
         self._run = run
+        self._stalled = stalled  # the batch's commits stream from then on
         self.began = self.job_began = time.monotonic()
         self.done = threading.Event()
         self.futures: list[Future] = []
@@ -102,6 +92,10 @@ class _Work:
             if now - self.job_began > slow or now - self.began > budget:
                 if n := self.side_by_side():
                     log.info("tick.batch_side_by_side jobs=%s", n)
+                try:
+                    self._stalled()  # what finished commits now, not after the stall
+                finally:
+                    connections.close_all()  # this thread's connection, if it committed
                 return
 
 
@@ -126,65 +120,60 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     items = [(job_id, ttl or tick.default_lease_ttl_ms()) for job_id, ttl in items]
     ttls = dict(items)
     held = lease.try_acquire_many(client, items)
-    reports: dict[str, tick.TickReport] = {}
     busy = [job_id for job_id, _ in items if job_id not in held]
-    for job_id in busy:
-        reports[job_id] = tick._skipped(job_id, "lease busy")
+    waves = batchcommit.Waves(client, held, busy, lambda done: _retry(done, ttls), _pool)
     try:
-        rows = store.load_states(list(held))
+        rows: dict | None = store.load_states(list(held))
     except DatabaseError as exc:
         now = clock()
         for job_id in held:
-            reports[job_id] = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
-        rows = {}
+            waves.add(job_id, now, tickfail.db_unavailable(job_id, exc, now=now,
+                                                           where="before the tick"))  # fmt: skip
+        rows = None
+    rows, loaded = rows or {}, rows is not None
     # a job with a tick that never ended (a crash?) runs alone: see the module docstring
     alone = [job_id for job_id, got in held.items() if job_id in rows and got.unfinished]
     _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
-    ran: list[_Ran] = []
-    started: dict[str, datetime] = {}
-    done = threading.Lock()  # the batch's thread and the poll threads add results
 
     def run(job_id: str, *, inline: bool = False) -> None:
-        started[job_id] = now = clock()
+        now = clock()
         try:
-            result = _tick_one(job_id, rows.get(job_id), now, held[job_id])
+            # its commit waits for the batch's wave, or happens at once once it streams
+            waves.add(job_id, now, _tick_one(job_id, rows.get(job_id), now, held[job_id]))
         finally:
             if not inline:
-                connections.close_all()  # a poll thread's rare DB access (a cache miss)
-        with done:
-            if isinstance(result, _Ran):
-                ran.append(result)
-            else:
-                reports[job_id] = result
+                connections.close_all()  # a poll thread's DB access (a commit, a cache miss)
 
     # a job whose last tick waited on the network polls on the poll threads at once
-    order = [job_id for job_id, _ in items if job_id in held and job_id not in reports]
+    order = [job_id for job_id, _ in items if job_id in held and loaded]
     slow = settings.NEXOPOLL_BATCH_SLOW_MS
     waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
-    work = _Work([j for j in order if j not in set(waits)], run)
+    work = _Work([j for j in order if j not in set(waits)], run, waves.stream)
     work.side_by_side(waits)
     watchdog = threading.Thread(target=work.watch, daemon=True)
     watchdog.start()
     try:
         while (job_id := work.next()) is not None:
             run(job_id, inline=True)
+        waves.stream()  # what ran commits now; a tick still polling, as it finishes
     finally:
         work.done.set()
         watchdog.join()
         for future in work.futures:
             future.exception()  # wait; run() keeps every tick's failure to that tick
-        for r in _commit(ran):
-            reports[r.job_id] = r
-        _release(client, reports, held, started, busy, clock)
-    _retry(reports.values(), ttls)
-    return list(reports.values())
+        reports = waves.close()
+    return reports
 
 
-def _tick_one(job_id: str, row, now: datetime, held: lease.Lease) -> _Ran | tick.TickReport:
+def _tick_one(
+    job_id: str, row, now: datetime, held: lease.Lease
+) -> batchcommit.Ran | tick.TickReport:
     """Run one job's tick up to its commit; a failure of this job stays this job's."""
     t: tick._Tick | None = None
     report = tick.TickReport(job_id, "fenced")
     try:
+        if held.age_ms() > held.ttl_ms / 2 and not tickfail.leases_kept([held]):
+            return tick.TickReport(job_id, "fenced", reason="lease lost before the tick")
         prepared = tick.prepare(job_id, row, now=now, held=held)
         if isinstance(prepared, tick.TickReport):
             return prepared
@@ -193,72 +182,23 @@ def _tick_one(job_id: str, row, now: datetime, held: lease.Lease) -> _Ran | tick
         if t.trial and not tick.take_epoch(t, manual=False):
             return tick._skipped(job_id, "another tick took the epoch")
         report, decision, ack, latency_ms = tick._execute(t)
-        write = tick.stage(t, report, decision, ack, latency_ms)
+        write = tick.stage(t, report, decision, ack, latency_ms, check_lease=False)
         if not isinstance(write, store.TickWrite):
             report = write
             return report
-        ran = _Ran(t, report, decision, write)
-        t = None  # its end comes after the batch's commit
+        ran = batchcommit.Ran(t, report, decision, write)
+        t = None  # its end comes after its wave's commit
         return ran
     except DatabaseError as exc:
         report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     except Exception as exc:  # a bug in one tick must not stop the batch
         log.exception("tick.failed job=%s", job_id)
-        report = tick.TickReport(job_id, "transient", reason="internal error",
-                                 error=tick._describe(exc))  # fmt: skip
+        report = batchcommit.internal_error(job_id, exc, t)
         return report
     finally:
         if t is not None:
             tick.ended(t, report)
-
-
-def _commit(ran: list[_Ran]) -> list[tick.TickReport]:
-    """Every tick's write in one transaction; on a DB error, each tick alone."""
-    if not ran:
-        return []
-    try:
-        fenced = store.commit_ticks([r.write for r in ran])
-    except DatabaseError:
-        store.drop_if_unusable()
-        log.warning("tick.batch_commit_failed ticks=%s: committing each alone", len(ran))
-        return [_commit_alone(r) for r in ran]
-    out = []
-    for r in ran:
-        if r.t.job.job_id in fenced:
-            report = tick.fenced(r.t)
-        else:
-            tick.committed(r.t, r.report, r.decision, enqueue=False)
-            report = r.report
-        tick.ended(r.t, report)
-        out.append(report)
-    ids = [i for report in out for i in report.delivery_ids if report.committed]
-    if ids:
-        tick.enqueue_deliveries(ids)
-    return out
-
-
-def _commit_alone(r: _Ran) -> tick.TickReport:
-    report = tick.commit_staged(r.t, r.write, r.report, r.decision)
-    tick.ended(r.t, report)
-    return report
-
-
-def _release(client, reports, held, started, busy, clock) -> None:
-    """Release the leases of the jobs that ran, append their history entries and count
-    their metrics, in one round trip."""
-    try:
-        # a job the DB failed for before its tick started is recorded at the clock's now
-        entries = [
-            tick.history_entry(report, started.get(job_id) or clock(), held[job_id])
-            for job_id, report in reports.items()
-            if job_id in held
-        ]
-        pipe = client.pipeline(transaction=False)
-        metricstore.queue_skipped(pipe, busy)
-        record_many(client, entries, pipe=pipe)
-    except Exception:  # the leases expire on their own; never mask the ticks' results
-        log.warning("lease.release_failed batch=%s", len(reports), exc_info=True)
 
 
 def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -65,12 +66,15 @@ return 0
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Lease:
     job_id: str
     token: str
     ttl_ms: int
     started: int = 1  # ticks started since the last one ended, this one included
+    # when the lease was taken (or last extended), on this process's monotonic clock, read
+    # before the request left: the lease runs out ``ttl_ms`` after it at the latest
+    taken_at: float = field(default_factory=time.monotonic, compare=False)
 
     @property
     def key(self) -> str:
@@ -80,6 +84,14 @@ class Lease:
     def unfinished(self) -> int:
         """Earlier ticks that took the lease and never released it (died, or lost it)."""
         return self.started - 1
+
+    def age_ms(self) -> float:
+        """How long ago the lease was taken (or last extended): past ``ttl_ms`` it is gone."""
+        return (time.monotonic() - self.taken_at) * 1000
+
+    def deadline(self, share: float) -> float:
+        """The monotonic time at which ``share`` of the lease's TTL has run out."""
+        return self.taken_at + self.ttl_ms / 1000 * share
 
 
 def lease_key(job_id: str) -> str:
@@ -95,9 +107,10 @@ def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
     return None when another tick holds it."""
     token = f"{_HOLDER}:{secrets.token_hex(8)}"
     keys = [lease_key(job_id), running_key(job_id)]
+    sent = time.monotonic()
     started = int(_script(client, _ACQUIRE)(keys=keys, args=[token, ttl_ms, RUNNING_TTL_MS]))
     if started:
-        return Lease(job_id, token, ttl_ms, started)
+        return Lease(job_id, token, ttl_ms, started, sent)
     return None
 
 
@@ -109,9 +122,10 @@ def try_acquire_many(client: redis.Redis, wanted: list[tuple[str, int]]) -> dict
         ([lease_key(job_id), running_key(job_id)], [token, ttl_ms, RUNNING_TTL_MS])
         for (job_id, ttl_ms), token in zip(wanted, tokens, strict=True)
     ]
+    sent = time.monotonic()
     started = run_in_pipeline(client, _ACQUIRE, calls)
     return {
-        job_id: Lease(job_id, token, ttl_ms, int(n))
+        job_id: Lease(job_id, token, ttl_ms, int(n), sent)
         for (job_id, ttl_ms), token, n in zip(wanted, tokens, started, strict=True)
         if int(n)
     }
@@ -148,7 +162,22 @@ def rerun_if_unloaded(client: redis.Redis, source: str, result: Any, keys: list,
 
 def extend(client: redis.Redis, lease: Lease) -> bool:
     """Push the lease's expiry to ``ttl_ms`` from now; False if it is no longer ours."""
-    return bool(_script(client, _EXTEND)(keys=[lease.key], args=[lease.token, lease.ttl_ms]))
+    sent = time.monotonic()
+    if _script(client, _EXTEND)(keys=[lease.key], args=[lease.token, lease.ttl_ms]):
+        lease.taken_at = sent
+        return True
+    return False
+
+
+def extend_many(client: redis.Redis, leases: list[Lease]) -> list[bool]:
+    """``extend`` each lease, in one pipelined round trip."""
+    sent = time.monotonic()
+    calls = [([held.key], [held.token, held.ttl_ms]) for held in leases]
+    done = [bool(n) for n in run_in_pipeline(client, _EXTEND, calls)]
+    for held, ok in zip(leases, done, strict=True):
+        if ok:
+            held.taken_at = sent
+    return done
 
 
 def release(client: redis.Redis, lease: Lease) -> bool:

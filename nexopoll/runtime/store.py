@@ -77,6 +77,26 @@ def load_states(job_ids: list[str]) -> dict[str, dict[str, Any]]:
     return {row[0]: _state(row[1:]) for row in rows}
 
 
+def landed(writes: list[TickWrite]) -> set[str]:
+    """The jobs whose ``write`` is in the DB: a commit whose reply was lost may have
+    landed. A write moved its row's epoch to ``epoch + 1`` and set ``last_run_at`` to its
+    tick's start; no other write sets both to the same pair."""
+    if not writes:
+        return set()
+    marks = ", ".join(["%s"] * len(writes))
+    sql = f"SELECT job_id, epoch, last_run_at FROM poll_state WHERE job_id IN ({marks})"
+    with connection.cursor() as cur:
+        cur.execute(sql, [w.job_id for w in writes])
+        rows = {job_id: (epoch, _dt_in(at)) for job_id, epoch, at in cur.fetchall()}
+    return {
+        w.job_id
+        for w in writes
+        if w.job_id in rows
+        and rows[w.job_id][0] == w.epoch + 1
+        and rows[w.job_id][1] == w.fields.get("last_run_at", rows[w.job_id][1])
+    }
+
+
 def _state(row: tuple) -> dict[str, Any]:
     state = dict(zip(STATE_COLUMNS, row, strict=True))
     for name in _DATETIMES:

@@ -311,24 +311,29 @@ def _finish(
 
 
 def commit_staged(
-    t: _Tick, write: store.TickWrite, report: TickReport, decision: Decision
-) -> TickReport:
-    """Commit one staged tick on its own (fenced on its epoch); the report it ends with."""
+    t: _Tick, write: store.TickWrite, report: TickReport, decision: Decision,
+    hooks: list | None = None,
+) -> TickReport:  # fmt: skip
+    """Commit one staged tick on its own (fenced on its epoch); the report it ends with
+    (``hooks``: see ``committed``)."""
     try:
         tickwrite.commit(write)
     except Fenced:
         return fenced(t)
-    except DatabaseError as exc:  # rolled back whole: no cursor, no outbox row
-        return tickfail.commit_failed(t, exc, report.latency_ms or 0)
-    committed(t, report, decision)
+    except Exception as exc:  # rolled back whole (no cursor, no outbox row), or a lost reply
+        if not tickfail.landed(exc, [write]):
+            return tickfail.commit_failed(t, exc, report.latency_ms or 0)
+    committed(t, report, decision, hooks=hooks)
     return report
 
 
 def stage(
-    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
-) -> store.TickWrite | TickReport:
+    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int,
+    *, check_lease: bool = True,
+) -> store.TickWrite | TickReport:  # fmt: skip
     """The tick's fenced write (state fields, counters, outbox rows), or the report of a
-    tick that must not commit (its lease was lost)."""
+    tick that must not commit (its lease was lost). ``check_lease=False``: the caller
+    checks the lease right before its commit (a batch: ``tickfail.leases_kept``)."""
     fields = tickwrite.state_fields(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack
     )
@@ -339,10 +344,8 @@ def stage(
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     fields["last_started_at"] = t.now
-    held = t.held
-    if held is not None and latency_ms > held.ttl_ms / 2 and not tickfail.extended(held):
-        log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
-        return TickReport(t.job.job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
+    if check_lease and t.held is not None and not tickfail.leases_kept([t.held]):
+        return tickfail.lease_lost(t)
     return tickwrite.build_write(t, fields, report)
 
 
@@ -351,15 +354,23 @@ def fenced(t: _Tick) -> TickReport:
     return TickReport(t.job.job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
 
 
-def committed(t: _Tick, report: TickReport, decision: Decision, *, enqueue: bool = True) -> None:
+def committed(
+    t: _Tick, report: TickReport, decision: Decision, *, enqueue: bool = True,
+    hooks: list | None = None,
+) -> None:  # fmt: skip
     """After the commit: deliveries handed to the queue (``enqueue``; a batch hands its
-    ticks' rows over together), the poller's post-commit effects, schedule hints."""
+    ticks' rows over together), the poller's post-commit effects (added to ``hooks`` as
+    ``(job_id, callbacks)`` when given: a batch runs them beside its other ticks),
+    schedule hints."""
     job_id = t.job.job_id
     report.committed = True
     if enqueue and report.delivery_ids:
         ids = report.delivery_ids
         transaction.on_commit(lambda: enqueue_deliveries(ids))
-    run_after_commit(job_id, report.after_commit)
+    if hooks is None:
+        run_after_commit(job_id, report.after_commit)
+    elif report.after_commit:
+        hooks.append((job_id, report.after_commit))
     if decision.not_before is not None:
         _move_entry(job_id, decision.not_before, later_only=True)
     if t.job.one_shot and report.status == "transient" and report.retry_at is None:
@@ -374,9 +385,9 @@ def committed(t: _Tick, report: TickReport, decision: Decision, *, enqueue: bool
 
 def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) -> TickAck:
     poller = get_registry().get(job.kind)
-    timeout = settings.NEXOPOLL_TICK_TIMEOUT_SECS
-    if held is not None:
-        timeout = min(timeout, held.ttl_ms / 1000 * 0.8)
+    deadline = time.monotonic() + settings.NEXOPOLL_TICK_TIMEOUT_SECS
+    if held is not None:  # counted from when the lease was taken, not from the poll's start
+        deadline = min(deadline, held.deadline(0.8))
     ctx = PollContext(
         job_id=job.job_id,
         agent_id=job.agent,
@@ -385,7 +396,7 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
         cursor=cursor,
         now=now,
         interval_hint=job.interval(now),
-        cancel=CancelToken(deadline=time.monotonic() + timeout),
+        cancel=CancelToken(deadline=deadline),
         host=host,
     )
     polite = host_gate.set(politeness.gate_for(job.host_limits))  # per-host caps, this thread

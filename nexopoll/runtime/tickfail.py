@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import DatabaseError, transaction
 
 from nexopoll.core.decide import plan_failure
-from nexopoll.core.errors import ErrorClass
+from nexopoll.core.errors import ErrorClass, classify
 from nexopoll.core.redact import redact
 
 from . import lease, store, tick, tickwrite
@@ -44,14 +44,57 @@ def db_unavailable(
                       db_error=True)  # fmt: skip
 
 
-def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.TickReport:
+def leases_kept(leases: list[lease.Lease]) -> set[str]:
+    """The jobs of ``leases`` whose ticks may commit now. A lease older than its TTL ran
+    out (another tick may own the job): never. Past half its TTL: once extended (all of
+    them in one round trip; an unreachable Redis counts as lost)."""
+    kept = {held.job_id for held in leases if held.age_ms() <= held.ttl_ms / 2}
+    late = [held for held in leases if held.ttl_ms / 2 < held.age_ms() < held.ttl_ms]
+    if late:
+        try:
+            done = lease.extend_many(get_redis(), late)
+        except Exception as exc:
+            log.warning("lease.extend_failed jobs=%s: %s", len(late), type(exc).__name__)
+            done = [False] * len(late)
+        kept |= {held.job_id for held, ok in zip(late, done, strict=True) if ok}
+    return kept
+
+
+def lease_lost(t: tick._Tick) -> tick.TickReport:
+    log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
+    return tick.TickReport(t.job.job_id, "fenced", reason="lease lost before commit",
+                           epoch=t.epoch)  # fmt: skip
+
+
+def landed(exc: BaseException, writes: list[store.TickWrite]) -> set[str]:
+    """After a commit raised ``exc``: the jobs of ``writes`` whose commit is in the DB all
+    the same (the connection was lost after COMMIT was sent: the reply never came)."""
+    if not isinstance(exc, DatabaseError):  # raised before the COMMIT left: rolled back
+        return set()
+    store.drop_if_unusable()
+    try:
+        found = store.landed(writes)
+    except DatabaseError as again:  # still down: unknown; the retry's read will tell
+        store.drop_if_unusable()
+        log.warning("tick.commit_outcome_unknown jobs=%s: %s", len(writes), type(again).__name__)
+        return set()
+    for job_id in found:
+        log.warning("tick.commit_reply_lost job=%s: the commit landed", job_id)
+    return found
+
+
+def commit_failed(t: tick._Tick, exc: BaseException, latency_ms: int) -> tick.TickReport:
     """The commit raised: the transaction rolled back whole (state, cursor, outbox rows).
 
-    A transient error (connection lost, lock or statement timeout) is recorded on the
+    A transient DB error (connection lost, lock or statement timeout) is recorded on the
     state row if the DB answers and retried. A permanent one (the DB refuses a value)
     would fail on every tick: it pauses the job with the reason, alerting ``failure_to``.
+    Any other exception (a value the driver cannot encode, a bug) is classified as a
+    poller's failure would be, and recorded as one: status, error count, breaker, alert.
     """
     job_id, secrets = t.job.job_id, t.job.secret_values(secret_env())
+    if not isinstance(exc, DatabaseError):
+        return _commit_raised(t, exc, latency_ms, secrets)
     if store.db_error_class(exc) is ErrorClass.TRANSIENT:
         report = db_unavailable(job_id, exc, now=t.now, where="at commit")
         report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
@@ -64,23 +107,48 @@ def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.Ti
     log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
     decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
                             next_slot_at=t.next_slot_at)  # fmt: skip
+    return _record_failure(t, decision, "commit refused", message, latency_ms)
+
+
+def _commit_raised(t: tick._Tick, exc: BaseException, latency_ms: int, secrets) -> tick.TickReport:
+    """A commit that raised something other than a DB error: nothing was written."""
+    store.drop_if_unusable()
+    text = f"the tick's commit failed: {type(exc).__name__}: {tick._describe(exc)}"
+    # what made the commit fail may be in the text (a character the driver cannot encode)
+    message = redact(text, secrets).encode("utf-8", "backslashreplace").decode("utf-8")
+    log.error("tick.commit_failed job=%s epoch=%s %s", t.job.job_id, t.epoch, message)
+    decision = plan_failure(t.start, classify(exc), message, now=t.now, policy=t.policy,
+                            next_slot_at=t.next_slot_at)  # fmt: skip
+    report = _record_failure(t, decision, "commit failed", message, latency_ms)
+    if decision.retry_in is not None:
+        report.retry_at = t.now + decision.retry_in
+    return report
+
+
+def _record_failure(
+    t: tick._Tick, decision, reason: str, message: str, latency_ms: int
+) -> tick.TickReport:
+    """Commit ``decision`` (a failed tick's state, its alert) in place of the tick's own
+    write, without the cursor or the items' outbox rows."""
+    job_id = t.job.job_id
     fields = tickwrite.state_fields(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=None
     )
     fields["crash_count"] = 0
     report = tick.TickReport(
-        job_id, "permanent", reason="commit refused", epoch=t.epoch, error=message
-    )
+        job_id, decision.status, reason=reason, epoch=t.epoch, error=message,
+        latency_ms=latency_ms,
+    )  # fmt: skip
     report.deliveries = tickwrite.notices(t.job, decision, t.now)
     try:
         tickwrite.commit_fields(t, fields, report)
-    except DatabaseError:  # the alert row itself may be what the DB refuses: state alone
+    except Fenced:
+        return report
+    except Exception:  # the alert row itself may be what the DB refuses: state alone
         store.drop_if_unusable()
         report.deliveries = []
         if not best_effort(lambda: tickwrite.commit_fields(t, fields, report)):
             return report
-    except Fenced:
-        return report
     report.committed = True
     if report.delivery_ids:
         ids = report.delivery_ids
@@ -92,7 +160,7 @@ def best_effort(write) -> bool:
     """Run a small DB write that may fail too (the DB is still down): True if it landed."""
     try:
         write()
-    except (DatabaseError, Fenced) as exc:
+    except Exception as exc:  # a DB error, Fenced, a value the driver cannot encode
         store.drop_if_unusable()
         log.warning("tick.record_failed: %s", type(exc).__name__)
         return False

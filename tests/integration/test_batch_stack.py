@@ -60,3 +60,48 @@ def test_kill_9_in_the_middle_of_a_batch_loses_nothing_and_blames_no_batch_mate(
     for j in ids:
         assert_no_loss_dup_safe(stack.sink, j, [1, 2, 3])
         assert "worker died" not in (state(j).last_error or "")
+
+
+def test_row_52_a_stalled_batch_mate_holds_back_no_mate_and_fences_no_successor(stack):
+    """RELIABILITY.md row 52 end to end, at ``NEXOPOLL_STALL_SCALE`` (default 0.2: a 9 s
+    stall, 6 s leases, mates delivered within 3 s; 1 is the row's 45 s / 30 s / 15 s).
+    One job's first tick hangs in its poller, past its deadline; the jobs batched with it
+    are delivered at once, with no crash or takeover counted; the hung tick's lease runs
+    out, its next slot takes over and commits, and the hung tick, ending, commits nothing."""
+    import os
+    import time
+
+    from nexopoll.runtime.metricstore import TAKEOVERS
+    from tests.integration.faults import wait_clock
+
+    scale = float(os.environ.get("NEXOPOLL_STALL_SCALE") or 0.2)
+    ids = [f"s{i:02d}" for i in range(10)]
+    stalled, mates = "s03", [j for j in ids if j != "s03"]
+    stack.env_extra.update(BATCHING, NEXOPOLL_LEASE_MIN_SECS=str(30 * scale))
+    stack.write([job(j) for j in ids])
+    stack.reload()
+    for j in ids:
+        stack.publish(j, 1, 2)
+    for key in ("block_once", "hold", "ignore_cancel"):
+        stack.redis.set(f"test:{key}:{stalled}", "1")
+    stack.worker("w1")
+    stack.worker("w2")  # a worker stuck in a hung poller runs nothing else meanwhile
+    stack.beat()
+    wait_for(lambda: stack.redis.get(f"test:blocked:{stalled}"), 30, what="the stall begins")
+    began = time.monotonic()
+    wait_for(lambda: all(len(stack.sink.item_ids(j)) >= 2 for j in mates), 15 * scale,
+             what="the mates' items delivered within 15 s of the stall")  # fmt: skip
+    assert not stack.sink.item_ids(stalled)
+    wait_clock(45 * scale - (time.monotonic() - began))  # the stall's length
+    stack.redis.delete(f"test:hold:{stalled}", f"test:ignore_cancel:{stalled}")
+    wait_for(lambda: len(stack.sink.item_ids(stalled)) >= 2, 30, what="the successor's items")
+    wait_for(lambda: stack.redis.llen(f"test:done:{stalled}") >= 2, 30, what="the hung tick ends")
+    for j in ids:
+        assert_no_loss_dup_safe(stack.sink, j, [1, 2])
+    takeovers = stack.redis.hgetall(TAKEOVERS)
+    for j in mates:
+        s = state(j)
+        assert s.crash_count == 0 and "worker died" not in (s.last_error or "")
+        assert not takeovers.get(j), f"{j} counted a takeover: {takeovers}"
+    s = state(stalled)
+    assert bytes(s.cursor) == b"2" and s.last_status == "ok"

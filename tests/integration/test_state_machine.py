@@ -271,6 +271,55 @@ class Pipeline(RuleBasedStateMachine):
         assert b.committed, b
         assert not result["a"].committed, f"the expired tick committed: {result['a']}"
 
+    @precondition(lambda self: not PollState.objects.get(job_id=self.job).paused)
+    @rule()
+    def batch_with_a_stalled_mate(self) -> None:
+        """The job ticks in a batch behind a mate that hangs in its poller (past its
+        deadline): the job's tick must end (commit, lease released, history) while the
+        mate still hangs, not after it (RELIABILITY.md row 52)."""
+        from nexopoll.runtime.batch import run_batch
+        from nexopoll.runtime.history import list_key
+        from nexopoll.runtime.lease import running_key
+
+        r, job, mate = self.redis, self.job, f"{self.job}-mate"
+        if r.exists(running_key(job)):  # an unfinished tick: the batch hands it back
+            return
+        doc = yaml.safe_load(self.config.read_text())
+        mate_spec = {**json.loads(json.dumps(doc["pollers"]["jobs"][0])), "id": mate}
+        doc["pollers"]["jobs"] = [*doc["pollers"]["jobs"], mate_spec]
+        with_mate = self.config.with_name(f"{self.job}-batch.yaml")
+        with_mate.write_text(yaml.safe_dump(doc, sort_keys=False))
+        services.reload_config(now=self.now, path=with_mate)
+        for key in ("block_once", "hold", "ignore_cancel"):
+            r.set(f"test:{key}:{mate}", 1)
+        r.delete(f"test:blocked:{mate}")
+        entries = r.llen(list_key(job))
+        result: dict = {}
+
+        def batch() -> None:
+            try:
+                result["r"] = run_batch([(mate, 30_000), (job, 30_000)], clock=lambda: self.now)
+            finally:
+                from django.db import connection
+
+                connection.close()
+
+        t = threading.Thread(target=batch)
+        t.start()
+        try:
+            wait_for(lambda: r.get(f"test:blocked:{mate}") or not t.is_alive(), 20,
+                     what="the mate hangs")  # fmt: skip
+            if r.get(f"test:blocked:{mate}"):  # it hangs: the job's tick must not wait for it
+                wait_for(lambda: r.llen(list_key(job)) > entries, 20,
+                         what="the job's tick ended beside its stalled mate")  # fmt: skip
+                assert t.is_alive() and not r.exists(lease_key(job))
+        finally:
+            r.delete(f"test:hold:{mate}", f"test:ignore_cancel:{mate}")
+            t.join(30)
+        assert not t.is_alive()
+        mine = [x for x in result["r"] if x.job_id == job]
+        assert mine and not mine[0].takeover, result["r"]
+
     # --- invariants -------------------------------------------------------------
     def _generation(self, epoch: int) -> int:
         return sum(1 for e in self.reset_epochs if e <= epoch)

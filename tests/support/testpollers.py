@@ -10,6 +10,12 @@ after fetching (before the runtime commits), announcing itself in
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
 is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``;
 the ``scripted_peek`` custom tool counts the source items.
+
+Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
+tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error whose text
+holds a lone surrogate (bytes decoded with ``surrogateescape``), which no DB driver can
+encode; with ``test:hook_hold:<job>`` set, the tick's after-commit hook waits until it
+is deleted, then appends to ``test:hook_done:<job>``.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class ScriptedPoller(Poller):
         if mode.startswith("raise"):
             text = r.get(f"test:raise:{job}") or ""
             exc = {"raise": TransientError, "raise-permanent": PermanentError}
+            if mode == "raise-undecodable":  # a server's reply decoded with surrogateescape
+                raise TransientError("bad reply: " + b"\xff\xfe".decode("utf-8", "surrogateescape"))
             raise exc.get(mode, RuntimeError)(text)
         last = int(ctx.cursor) if ctx.cursor else 0
         ids = sorted(int(i) for i in r.lrange(f"test:src:{job}", 0, -1))
@@ -63,8 +71,11 @@ class ScriptedPoller(Poller):
             barrier = f"test:hold:{job}"
         if r.exists(barrier):
             r.set(f"test:blocked:{job}", os.getpid())
-            while r.exists(barrier) and not ctx.cancel.cancelled:
+            hangs = f"test:ignore_cancel:{job}"
+            while r.exists(barrier) and (not ctx.cancel.cancelled or r.exists(hangs)):
                 time.sleep(0.02)
+        if r.exists(f"test:hook_hold:{job}"):
+            ctx.host.after_commit(lambda: _slow_hook(job))
         for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
             ctx.host.metric_inc(name, source="scripted")
         r.rpush(f"test:done:{job}", os.getpid())
@@ -93,3 +104,12 @@ class ScriptedPoller(Poller):
         """Echoes the job's expanded config: the dispatcher must mask its secrets."""
         n = _client().llen(f"test:src:{args['job_id']}")
         return {"job_id": args["job_id"], "items": n, "config": args["job"]["config"]}
+
+
+def _slow_hook(job: str) -> None:
+    """An after-commit hook that waits (at most 30 s) while ``test:hook_hold:<job>`` exists."""
+    r = _client()
+    deadline = time.monotonic() + 30
+    while r.exists(f"test:hook_hold:{job}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    r.rpush(f"test:hook_done:{job}", os.getpid())

@@ -1,0 +1,232 @@
+"""A batch's commits, in waves (``batch.py``): its ticks commit as they finish.
+
+While every tick of a batch runs on the batch's own thread, one after another, their
+writes wait and commit together, in one transaction (one wave). Once a tick stalls,
+or the batch has polled all it polls on its own thread, the batch *streams*: what
+finished commits at once, and every tick that finishes later commits as it finishes,
+together with the others that finished while a commit ran (the next wave). So a
+stalled tick never holds back its mates' commits, deliveries or lease releases.
+
+Each wave: the leases checked (one round trip extends those past half their TTL; a
+lease older than its TTL never commits) → one transaction for the wave's fenced
+writes → deliveries handed to the queue → leases released, history appended and
+metrics counted in one round trip → retries queued. The poller's after-commit hooks
+run on the poll threads, so a slow one (gmail's mark-read) delays no delivery.
+
+A commit whose reply was lost (the connection died after COMMIT was sent) is read
+back: a tick whose write is in the DB is committed, not "fenced". Any exception at
+commit rolls the wave back; each tick then commits alone and a tick whose own write
+fails records the failure (``tickfail.commit_failed``). Leases and crash markers are
+released whatever happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from nexopoll.core.decide import Decision
+from nexopoll.core.redact import redact
+
+from . import lease, logredact, metricstore, store, tick, tickfail
+from .history import record_many
+from .host import run_after_commit
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+log = logging.getLogger("nexopoll.tick")
+
+
+@dataclass
+class Ran:
+    """A tick that ran and waits for its wave's commit."""
+
+    t: tick._Tick
+    report: tick.TickReport
+    decision: Decision
+    write: store.TickWrite
+
+
+@dataclass
+class _Done:
+    job_id: str
+    at: datetime  # when its tick started: its history entry's time
+    result: Ran | tick.TickReport
+
+
+class Waves:
+    """The batch's finished ticks on their way to the DB (see the module docstring)."""
+
+    def __init__(
+        self, client, held: dict[str, lease.Lease], busy: list[str],
+        retry: Callable[[list[tick.TickReport]], None],
+        pool: Callable[[], object],
+    ) -> None:  # fmt: skip
+        self._client, self._held, self._retry, self._pool = client, held, retry, pool
+        self._busy = busy  # skipped for a busy lease: counted with the first wave
+        self._cond = threading.Condition()
+        self._pending: list[_Done] = []
+        self._streaming = self._committing = False
+        self._reports = {job_id: tick._skipped(job_id, "lease busy") for job_id in busy}
+        self._hooks: list[Future] = []
+
+    def add(self, job_id: str, at: datetime, result: Ran | tick.TickReport) -> None:
+        """A tick finished: it commits with the next wave (at once once streaming)."""
+        with self._cond:
+            self._pending.append(_Done(job_id, at, result))
+            if not self._streaming or self._committing:
+                return
+            self._committing = True
+        self._drain()
+
+    def stream(self) -> None:
+        """Commit what finished now, and from now on each tick as it finishes."""
+        with self._cond:
+            self._streaming = True
+            if self._committing or not self._pending:
+                return
+            self._committing = True
+        self._drain()
+
+    def close(self) -> list[tick.TickReport]:
+        """Commit what is left (every tick has finished), release any lease still held,
+        wait for the after-commit hooks; every report of the batch."""
+        with self._cond:
+            self._streaming = True
+            while self._committing:
+                self._cond.wait()
+            self._committing = True
+            for job_id in set(self._held) - self._reported():  # no tick reported it
+                report = tick.TickReport(job_id, "transient", reason="internal error")
+                self._pending.append(_Done(job_id, datetime.now(UTC), report))
+        self._drain()
+        if self._busy:  # no tick ran here: the skipped ones are counted all the same
+            self._release([], {})
+        for future in self._hooks:
+            future.exception()  # wait: the batch ends after its ticks' hooks
+        return list(self._reports.values())
+
+    def _reported(self) -> set[str]:
+        return set(self._reports) | {d.job_id for d in self._pending}
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                wave, self._pending = self._pending, []
+                if not wave:
+                    self._committing = False
+                    self._cond.notify_all()
+                    return
+            try:
+                self._wave(wave)
+            except Exception:  # never leave the batch waiting on a commit that died
+                log.exception("tick.batch_wave_failed jobs=%s", len(wave))
+
+    def _wave(self, wave: list[_Done]) -> None:
+        out = {d.job_id: d.result for d in wave if not isinstance(d.result, Ran)}
+        ran = [d.result for d in wave if isinstance(d.result, Ran)]
+        hooks: list = []
+        try:
+            out.update(commit(ran, hooks))
+        except Exception:
+            log.exception("tick.batch_commit_crashed ticks=%s", len(ran))
+            for r in ran:  # what did not report yet: not committed, as far as we know
+                if r.t.job.job_id not in out:
+                    report = tick.TickReport(r.t.job.job_id, "transient", reason="internal error")
+                    tick.ended(r.t, report)
+                    out[r.t.job.job_id] = report
+        finally:
+            self._release(wave, out)
+            self._reports.update(out)
+        for job_id, callbacks in hooks:
+            self._hooks.append(self._pool().submit(_run_hooks, job_id, callbacks))
+        self._retry(list(out.values()))
+
+    def _release(self, wave: list[_Done], out: dict[str, tick.TickReport]) -> None:
+        """Release the wave's leases, append its history entries and count its metrics,
+        in one round trip."""
+        busy, self._busy = self._busy, []
+        try:
+            entries = [
+                tick.history_entry(out[d.job_id], d.at, self._held[d.job_id])
+                for d in wave
+                if d.job_id in self._held and d.job_id in out
+            ]
+            pipe = self._client.pipeline(transaction=False)
+            metricstore.queue_skipped(pipe, busy)
+            record_many(self._client, entries, pipe=pipe)
+        except Exception:  # the leases expire on their own; never mask the ticks' results
+            log.warning("lease.release_failed batch=%s", len(wave), exc_info=True)
+
+
+def _run_hooks(job_id: str, callbacks: list) -> None:
+    try:
+        run_after_commit(job_id, callbacks)
+    finally:
+        connections.close_all()  # a poll thread's connection, if a hook used one
+
+
+def commit(ran: list[Ran], hooks: list) -> dict[str, tick.TickReport]:
+    """One wave: the ticks whose leases hold commit in one transaction; on any error,
+    each tick alone (a tick whose commit landed, its reply lost, counts as committed)."""
+    out: dict[str, tick.TickReport] = {}
+    if not ran:
+        return out
+    kept = tickfail.leases_kept([r.t.held for r in ran if r.t.held is not None])
+    for r in ran:
+        if r.t.held is not None and r.t.job.job_id not in kept:
+            out[r.t.job.job_id] = _ended(r, tickfail.lease_lost(r.t))
+    ran = [r for r in ran if r.t.job.job_id not in out]
+    try:
+        fenced = store.commit_ticks([r.write for r in ran]) if ran else set()
+    except Exception as exc:
+        store.drop_if_unusable()
+        landed = tickfail.landed(exc, [r.write for r in ran])
+        log.warning("tick.batch_commit_failed ticks=%s (%s): committing each alone",
+                    len(ran), type(exc).__name__)  # fmt: skip
+        for r in ran:
+            job_id = r.t.job.job_id
+            if job_id in landed:
+                tick.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
+                out[job_id] = _ended(r, r.report)
+            else:
+                out[job_id] = _ended(r, tick.commit_staged(r.t, r.write, r.report, r.decision,
+                                                           hooks))  # fmt: skip
+        _enqueue([r for r in ran if r.t.job.job_id in landed])
+        return out
+    for r in ran:
+        if r.t.job.job_id in fenced:
+            out[r.t.job.job_id] = _ended(r, tick.fenced(r.t))
+        else:
+            tick.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
+            out[r.t.job.job_id] = _ended(r, r.report)
+    _enqueue([r for r in ran if r.report.committed])
+    return out
+
+
+def _ended(r: Ran, report: tick.TickReport) -> tick.TickReport:
+    tick.ended(r.t, report)
+    return report
+
+
+def _enqueue(ran: list[Ran]) -> None:
+    """Hand the committed rows of a wave to the queue, in one call."""
+    ids = [i for r in ran for i in r.report.delivery_ids]
+    if ids:
+        tick.enqueue_deliveries(ids)
+
+
+def internal_error(job_id: str, exc: BaseException, t: tick._Tick | None) -> tick.TickReport:
+    """A bug in one tick (outside its poller): transient, its text redacted like any."""
+    from .secretenv import secret_env
+
+    secrets = t.job.secret_values(secret_env()) if t is not None else logredact.known()
+    error = redact(tick._describe(exc), secrets)
+    return tick.TickReport(job_id, "transient", reason="internal error", error=error)
