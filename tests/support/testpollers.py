@@ -8,8 +8,9 @@ RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
-is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``;
-the ``scripted_peek`` custom tool counts the source items.
+is deleted. A stopped tick reads ``test:mode:<job>`` again when let go (``transient``:
+it fails then, a failing tick in flight). Each name in ``test:metric:<job>`` is counted
+with ``host.metric_inc``; the ``scripted_peek`` custom tool counts the source items.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class ScriptedPoller(Poller):
             r.set(f"test:blocked:{job}", os.getpid())
             while r.exists(barrier) and not ctx.cancel.cancelled:
                 time.sleep(0.02)
+            if r.get(f"test:mode:{job}") == "transient":  # made to fail while it waited
+                raise TransientError("scripted transient failure")
         for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
             ctx.host.metric_inc(name, source="scripted")
         r.rpush(f"test:done:{job}", os.getpid())
