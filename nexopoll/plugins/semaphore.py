@@ -2,7 +2,9 @@
 
 Holders live in a sorted set scored by their expiry (Redis server time), so a
 holder that dies without releasing frees its slot when its TTL passes. Acquire
-and release are single Lua scripts; release removes only the caller's token.
+and release are single Lua scripts; release removes only the caller's token. Acquire
+is safe to retry (the runtime's Redis client re-sends a command whose reply was lost):
+a retry that finds its own token holds that slot.
 Acquiring also reads the reload version (``keys.version_key``, bumped when a
 ``pollers reload`` changes the schedule) in the same round trip, so long-lived
 plugins can restart on reload without an extra Redis call per tick.
@@ -20,6 +22,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local version = redis.call('GET', KEYS[2]) or ''
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then  -- a retry after a lost reply: ours already
+  return {1, version}
+end
 if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)

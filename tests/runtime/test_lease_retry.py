@@ -12,7 +12,9 @@ import pytest
 from django.utils import timezone
 
 from nexopoll.models import Delivery, PollState
-from nexopoll.runtime import batch, lease
+from nexopoll.net.http import _Budget
+from nexopoll.plugins.semaphore import Semaphore
+from nexopoll.runtime import batch, lease, politeness
 from nexopoll.runtime import redis as rmod
 from nexopoll.runtime.tick import tick_job
 from tests.support.faultproxy import FaultProxy
@@ -101,3 +103,31 @@ def test_a_batch_whose_acquire_reply_was_lost_runs_every_job_in_the_batch(cfg, l
     for job_id in ("a", "b"):
         assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
         assert bytes(PollState.objects.get(job_id=job_id).cursor) == b"1"
+
+
+def test_a_retried_plugin_semaphore_acquire_holds_its_own_slot(lossy, redis_client):
+    """The plugins' ``max_concurrent_ticks`` semaphore shares the runtime's client: a
+    retry must find its own token, not count it as a stranger's (a slot leaked until
+    its TTL and a tick refused)."""
+    sem = Semaphore(rmod.get_redis(), "p", 1, 60_000)
+    sem.try_acquire()  # the script is loaded: the cut hits the acquire itself
+    redis_client.delete("nexopoll:plugin:sem:p")
+    lossy.cut_after_request(b"nexopoll:plugin:sem:p")
+    token = sem.try_acquire()
+    assert lossy.cuts == 1 and token is not None and sem.holders() == 1
+    sem.release(token)
+    assert sem.holders() == 0
+
+
+def test_a_retried_host_turn_is_taken_as_the_turn_it_took(lossy, redis_client):
+    """Per-host politeness (one request in flight): a retried take finds its own token
+    and goes, instead of waiting out its own leaked turn until the fetch's deadline."""
+    budget = _Budget(2.0, None, "fetch")
+    with politeness.turn("h.example", budget, in_flight=1, per_sec=0):
+        pass  # the script is loaded: the cut hits the take itself
+    lossy.cut_after_request(b"nexopoll:host:h.example")
+    with politeness.turn("h.example", budget, in_flight=1, per_sec=0):
+        assert lossy.cuts == 1
+        assert redis_client.zcard("nexopoll:host:h.example") == 1
+    assert budget.remaining() > 1.5  # it did not wait for a turn
+    assert redis_client.zcard("nexopoll:host:h.example") == 0

@@ -66,6 +66,10 @@ class FaultProxy:
                 self._server.close()
             for w in list(self._writers):
                 w.transport.abort()
+            handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in handlers:  # none left pending when the loop stops
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
