@@ -66,7 +66,8 @@ def commit_failed(t: tick._Tick, exc: DatabaseError, latency_ms: int) -> tick.Ti
         report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
         report.error = redact(report.error, secrets)
         failed = {"last_status": "transient", "last_error": report.error, "updated_at": t.now}
-        best_effort(lambda: store.record_failure(job_id, t.epoch, failed, t.expect))
+        if t.held is None or holds(t.held):  # a zombie records nothing: see clear_running
+            best_effort(lambda: store.record_failure(job_id, t.epoch, failed, t.expect))
         return report
     store.drop_if_unusable()
     message = redact(f"the database refused the tick's commit: {tick._describe(exc)}", secrets)

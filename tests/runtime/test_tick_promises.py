@@ -20,7 +20,7 @@ from nexopoll.runtime.tick import tick_job
 from tests.support.procs import wait_for
 
 from .conftest import scripted
-from .test_db_faults import BlockedTick, pg_connect
+from .test_db_faults import BlockedTick, pg_connect, table_locked
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
@@ -255,3 +255,36 @@ def test_a_zombie_that_gives_up_does_not_fence_its_successor(cfg, redis_client):
     assert bytes(s.cursor) == b"2" and s.ticks_total == 1 and s.epoch > took_over.epoch
     assert sorted(d.payload["item_id"] for d in Delivery.objects.all()) == [1, 2]
     assert {d.epoch for d in Delivery.objects.all()} == {took_over.epoch}
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="needs PostgreSQL")
+def test_a_zombie_whose_commit_failed_records_nothing_over_its_successor(cfg, redis_client):
+    """A's commit fails on a lock timeout (the outbox table is held) after its lease was
+    taken over by B, which read the same row: A's failure record would move the epoch and
+    fence B. A records nothing; B commits."""
+    cfg.write([scripted("a")])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 1, 2)
+    zombie = BlockedTick(redis_client, "a", now=NOW, lock_wait_ms=300)
+    redis_client.delete(lease.lease_key("a"))
+    redis_client.delete("test:blocked:a")
+    redis_client.set("test:block:a", "1")
+    result = {}
+
+    def successor() -> None:
+        try:
+            result["r"] = tick_job("a", now=NOW + timedelta(seconds=1))
+        finally:
+            connection.close()
+
+    b = threading.Thread(target=successor)
+    b.start()
+    wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="B at the barrier")
+    with table_locked("poll_outbox"):
+        failed = zombie.release()
+    assert failed.status == "transient" and failed.db_error and not failed.committed
+    assert st("a").epoch == 0 and st("a").last_status == ""
+    redis_client.delete("test:block:a")
+    b.join(30)
+    assert result["r"].status == "ok" and result["r"].committed
+    assert bytes(st("a").cursor) == b"2" and Delivery.objects.count() == 2
