@@ -59,7 +59,8 @@ class PollJob(models.Model):
 
 class PollState(models.Model):
     job_id = models.CharField(primary_key=True, max_length=MAX_JOB_ID)
-    # Fencing epoch: every tick takes epoch + 1 and commits only WHERE epoch = its own.
+    # Fencing epoch (the row's version): every write to the row moves it, a tick's commit
+    # only WHERE epoch = the version it read; every other writer uses store.write_state.
     epoch = models.BigIntegerField(default=0)
     definition_hash = models.CharField(max_length=MAX_HASH, default="")
     cursor = models.BinaryField(null=True, blank=True)

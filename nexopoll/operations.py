@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Q
 
 from .core.config.values import mask_plain_secrets
 from .core.preview import FireTime, preview
 from .models import Delivery, PollJob, PollState
-from .runtime import definitions, history
+from .runtime import definitions, history, store
 from .runtime.redis import get_redis
 from .services import require_job
 
@@ -99,7 +99,7 @@ def rewind_job(job_id: str, *, tick: int, actor: str = "operator") -> Rewound:
         raise LookupError(
             f"tick {tick} of {job_id!r} was skipped ({entry.reason}): nothing to rewind to"
         )
-    PollState.objects.filter(job_id=job_id).update(epoch=F("epoch") + 1, cursor=cursor)
+    store.write_state([(job_id, {"cursor": cursor})])
     log.warning(
         "job.rewind job=%s to_tick=%s tick_at=%s by=%s", job_id, tick, entry.at.isoformat(), actor
     )

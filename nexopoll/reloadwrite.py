@@ -18,6 +18,7 @@ from django.db import connection, models
 from nexopoll.core.schedule import schedule_to_dict
 
 from .models import PollJob, PollState
+from .runtime import store
 
 CHUNK = 1000  # ids per IN (...) list
 ROWS = 5000  # rows per executemany (and per progress line)
@@ -115,13 +116,15 @@ def write_jobs(
         for i in fresh
     ]  # fmt: skip
     insert_rows(PollState, states, progress)
-    rehash = [(desired[i][1], i) for i in replace + [i for i in add if i in had_state]]
-    with connection.cursor() as cur:
-        for batch in chunks(rehash, ROWS):
-            cur.executemany("UPDATE poll_state SET definition_hash = %s WHERE job_id = %s", batch)
+    # the new definition moves the epoch (store.write_state): a tick that read the old
+    # one cannot commit its deliveries (to a recipient just removed, say)
+    rehash = [(i, {"definition_hash": desired[i][1]}) for i in replace]
     for i in add:
-        if i in had_state and desired[i][0].paused_on_boot:
-            PollState.objects.filter(job_id=i).update(paused=True, paused_reason="paused_on_boot")
+        if i in had_state:
+            paused = {"paused": True, "paused_reason": "paused_on_boot"}
+            rehash.append((i, {"definition_hash": desired[i][1],
+                               **(paused if desired[i][0].paused_on_boot else {})}))  # fmt: skip
+    store.write_state(rehash)
 
 
 def _job_row(spec: Any, rhash: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from nexopoll.core.yamlsrc import MAX_BYTES
 from . import reloadwrite
 from .channels import binding_schemas
 from .models import Agent, PollJob, PollState
-from .runtime import definitions
+from .runtime import definitions, store
 from .runtime.definitions import runtime_hash
 from .runtime.registry import get_registry
 from .runtime.secretenv import secret_env
@@ -134,8 +134,7 @@ def reload_config(
         reloadwrite.write_jobs(desired, glob, add=res.add, replace=res.replace, now=now,
                                progress=say)  # fmt: skip
         reloadwrite.delete(PollJob, res.remove)
-        for ids in reloadwrite.chunks(res.remove):
-            PollState.objects.filter(job_id__in=ids).update(definition_hash="")
+        store.write_state((i, {"definition_hash": ""}) for i in res.remove)
         changed = res.add + res.replace
         kinds = {desired[i][0].kind for i in changed} | {
             old_kinds[i] for i in res.replace + res.remove
@@ -214,20 +213,21 @@ def require_job(job_id: str) -> PollJob:
 
 def pause_job(job_id: str, *, reason: str = "paused by operator") -> None:
     require_job(job_id)
-    PollState.objects.filter(job_id=job_id).update(paused=True, paused_reason=reason)
+    store.write_state([(job_id, {"paused": True, "paused_reason": reason})])
 
 
 def resume_job(job_id: str) -> None:
     """Unpause and close the breaker: the job starts over with a clean error count.
 
     Leaving ``consecutive_errors`` at the threshold would re-open the breaker on
-    the first transient error after a resume.
+    the first transient error after a resume. The epoch moves on (as with every state
+    write), so a failing tick in flight cannot write its errors over the resume.
     """
     require_job(job_id)
-    PollState.objects.filter(job_id=job_id).update(
-        paused=False, paused_reason="", consecutive_errors=0, breaker_open_until=None,
-        breaker_trips=0, breaker_trial_at=None,
-    )  # fmt: skip
+    store.write_state([(job_id, {
+        "paused": False, "paused_reason": "", "consecutive_errors": 0,
+        "breaker_open_until": None, "breaker_trips": 0, "breaker_trial_at": None,
+    })])  # fmt: skip
 
 
 def reset_job(job_id: str) -> None:
@@ -235,14 +235,12 @@ def reset_job(job_id: str) -> None:
 
     The epoch moves on, so a tick running right now cannot commit its old cursor.
     """
-    from django.db.models import F
-
     require_job(job_id)
-    PollState.objects.filter(job_id=job_id).update(
-        epoch=F("epoch") + 1, cursor=None, consecutive_errors=0, breaker_open_until=None,
-        breaker_trips=0, breaker_trial_at=None, running_since=None, crash_count=0,
-        last_error="", alert_active=False, last_failure_alert_at=None,
-    )  # fmt: skip
+    store.write_state([(job_id, {
+        "cursor": None, "consecutive_errors": 0, "breaker_open_until": None,
+        "breaker_trips": 0, "breaker_trial_at": None, "running_since": None, "crash_count": 0,
+        "last_error": "", "alert_active": False, "last_failure_alert_at": None,
+    })])  # fmt: skip
 
 
 class JobPaused(Exception):

@@ -2,7 +2,9 @@
 
 Holders live in a sorted set scored by their expiry (Redis server time), so a
 holder that dies without releasing frees its slot when its TTL passes. Acquire
-and release are single Lua scripts; release removes only the caller's token.
+and release are single Lua scripts; release removes only the caller's token. Acquire
+is safe to retry (the runtime's Redis client re-sends a command whose reply was lost):
+a retry that finds its own token holds that slot.
 Acquiring also reads the plugin's reload version (``keys.kind_version_key`` of each
 of its kinds, bumped when a ``pollers reload`` adds, changes or removes a job of that
 kind) in the same round trip, so a long-lived plugin restarts when its own jobs
@@ -27,6 +29,9 @@ for i = 2, #KEYS do
   parts[#parts + 1] = redis.call('GET', KEYS[i]) or '-'
 end
 local version = table.concat(parts, ',')
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then  -- a retry after a lost reply: ours already
+  return {1, version}
+end
 if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)

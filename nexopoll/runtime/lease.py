@@ -27,7 +27,14 @@ KEY_PREFIX = "nexopoll:lease:"
 RUNNING_PREFIX = "nexopoll:running:"
 RUNNING_TTL_MS = 7 * 24 * 3600 * 1000  # a marker nobody ends is forgotten after a week
 
+# Safe to run twice: redis-py sends a command again when its reply was lost (the
+# connection dropped after the request reached Redis). The second run finds the lease
+# under its own token and answers what the first did (the marker it incremented: no
+# other tick can take the lease, so none can increment it, while the token holds it).
 _ACQUIRE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return tonumber(redis.call('get', KEYS[2]) or 1)
+end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local started = redis.call('incr', KEYS[2])
     redis.call('pexpire', KEYS[2], ARGV[3])
@@ -104,7 +111,8 @@ def running_key(job_id: str) -> str:
 
 def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
     """Take the job's lease for ``ttl_ms`` (and count the start on its crash marker), or
-    return None when another tick holds it."""
+    return None when another tick holds it. Safe to retry: a retry after a lost reply
+    finds its own token and returns the lease the first attempt took."""
     token = f"{_HOLDER}:{secrets.token_hex(8)}"
     keys = [lease_key(job_id), running_key(job_id)]
     sent = time.monotonic()
@@ -116,7 +124,8 @@ def try_acquire(client: redis.Redis, job_id: str, ttl_ms: int) -> Lease | None:
 
 def try_acquire_many(client: redis.Redis, wanted: list[tuple[str, int]]) -> dict[str, Lease]:
     """Take the leases of a batch of ``(job_id, ttl_ms)`` in one pipelined round trip;
-    return those taken, by job id (a job whose lease another tick holds is left out)."""
+    return those taken, by job id (a job whose lease another tick holds is left out).
+    Safe to retry, as ``try_acquire`` (redis-py re-sends the pipeline after a lost reply)."""
     tokens = [f"{_HOLDER}:{secrets.token_hex(8)}" for _ in wanted]
     calls = [
         ([lease_key(job_id), running_key(job_id)], [token, ttl_ms, RUNNING_TTL_MS])
@@ -178,6 +187,11 @@ def extend_many(client: redis.Redis, leases: list[Lease]) -> list[bool]:
         if ok:
             held.taken_at = sent
     return done
+
+
+def holds(client: redis.Redis, lease: Lease) -> bool:
+    """Whether the lease is still ours (not expired, not taken over)."""
+    return client.get(lease.key) == lease.token
 
 
 def release(client: redis.Redis, lease: Lease) -> bool:

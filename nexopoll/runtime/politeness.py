@@ -37,6 +37,8 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cap, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+-- a retry after a lost reply (redis.py) finds the turn it took: it is ours
+if cap > 0 and redis.call('zscore', KEYS[1], ARGV[1]) then return 1 end
 if cap > 0 and redis.call('zcard', KEYS[1]) >= cap then return 0 end
 local second = KEYS[2] .. t[1]
 if rate > 0 then

@@ -8,6 +8,7 @@ SQL that SQLite and PostgreSQL both accept.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -117,11 +118,10 @@ def take_epoch(job_id: str, seen_epoch: int, fields: dict[str, Any]) -> bool:
     return _update(job_id, seen_epoch, {"epoch": seen_epoch + 1, **fields}, {}) == 1
 
 
-def clear_running(job_id: str, epoch: int, expect: int | None = None) -> None:
-    """A tick ended without a commit: no longer running, and the epoch moves to its own
-    ``epoch`` while it is still ``expect`` (the version it read; default ``epoch``)."""
-    _update(job_id, epoch if expect is None else expect,
-            {"running_since": None, "epoch": epoch}, {})  # fmt: skip
+def clear_running(job_id: str, epoch: int) -> bool:
+    """A tick that took ``epoch`` (``take_epoch``) ended without a commit: no longer
+    running, while the row is still at ``epoch`` (the epoch moves on past it)."""
+    return _update(job_id, epoch, {"running_since": None, "epoch": epoch + 1}, {}) == 1
 
 
 @dataclass
@@ -185,6 +185,10 @@ def commit_ticks(writes: list[TickWrite]) -> set[str]:
 
 
 def _update(job_id: str, epoch: int, fields: dict[str, Any], increments: dict[str, int]) -> int:
+    """A tick's write: ``fields`` and ``increments`` while the row is still at ``epoch``;
+    the write moves the epoch past it (``fields["epoch"]``), like every state write."""
+    if not fields.get("epoch", epoch) > epoch:
+        raise ValueError(f"a write to the state of job {job_id!r} must move its epoch")
     sets = [f"{name} = %s" for name in fields] + [f"{name} = {name} + %s" for name in increments]
     params = [_param(v) for v in fields.values()] + list(increments.values()) + [job_id, epoch]
     sql = f"UPDATE poll_state SET {', '.join(sets)} WHERE job_id = %s AND epoch = %s"
@@ -203,9 +207,39 @@ def record_failure(
     job_id: str, epoch: int, fields: dict[str, Any], expect: int | None = None
 ) -> bool:
     """Write ``fields`` (an error) while the row's epoch is still ``expect`` (default
-    ``epoch``); the epoch moves to the tick's own ``epoch``."""
-    return _update(job_id, epoch if expect is None else expect,
-                   {"running_since": None, "epoch": epoch, **fields}, {}) == 1  # fmt: skip
+    ``epoch``); the epoch moves to the tick's own ``epoch`` (past ``expect`` in any case)."""
+    expect = epoch if expect is None else expect
+    moved = {"running_since": None, "epoch": max(epoch, expect + 1), **fields}
+    return _update(job_id, expect, moved, {}) == 1
+
+
+# --- writes outside a tick -----------------------------------------------------
+def write_state(changes: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+    """The one way anything but a tick writes job state rows: operator verbs (pause,
+    resume, reset, rewind) from the CLI, admin, API and LLM tools, and a reload's
+    definition rewrite and ``paused_on_boot``. Each ``(job_id, fields)`` is written with
+    the row's epoch moved on, in the caller's transaction, so a tick that read the row
+    before this write cannot commit after it (``Fenced``): it would write its stale
+    view (an error count, an open breaker, a cursor, an old definition's deliveries)
+    over the operator's.
+    """
+    grouped: dict[tuple[str, ...], list[list[Any]]] = {}
+    for job_id, fields in changes:
+        if unknown := set(fields) - _WRITABLE:
+            raise ValueError(f"not a writable state column of job {job_id!r}: {sorted(unknown)}")
+        grouped.setdefault(tuple(fields), []).append(
+            [*(_param(v) for v in fields.values()), job_id]
+        )
+    with connection.cursor() as cur:
+        for names, rows in grouped.items():
+            sets = "".join(f"{name} = %s, " for name in names)
+            sql = f"UPDATE poll_state SET {sets}epoch = epoch + 1 WHERE job_id = %s"
+            for start in range(0, len(rows), _WRITE_ROWS):
+                cur.executemany(sql, rows[start : start + _WRITE_ROWS])
+
+
+_WRITE_ROWS = 5000  # rows per executemany
+_WRITABLE = {*STATE_COLUMNS, "paused_reason", "last_error", "updated_at"} - {"epoch"}
 
 
 # --- DB errors ----------------------------------------------------------------

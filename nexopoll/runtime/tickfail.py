@@ -33,6 +33,15 @@ def extended(held: lease.Lease) -> bool:
         return False
 
 
+def holds(held: lease.Lease) -> bool:
+    """Whether the lease is still ours; an unreachable Redis counts as lost."""
+    try:
+        return lease.holds(get_redis(), held)
+    except Exception as exc:
+        log.warning("lease.check_failed job=%s: %s", held.job_id, type(exc).__name__)
+        return False
+
+
 def db_unavailable(
     job_id: str, exc: DatabaseError, *, now: datetime, where: str
 ) -> tick.TickReport:
@@ -100,7 +109,8 @@ def commit_failed(t: tick._Tick, exc: BaseException, latency_ms: int) -> tick.Ti
         report.epoch, report.next_slot_at = t.epoch, t.next_slot_at
         report.error = redact(report.error, secrets)
         failed = {"last_status": "transient", "last_error": report.error, "updated_at": t.now}
-        best_effort(lambda: store.record_failure(job_id, t.epoch, failed, t.expect))
+        if t.held is None or holds(t.held):  # a zombie records nothing: see clear_running
+            best_effort(lambda: store.record_failure(job_id, t.epoch, failed, t.expect))
         return report
     store.drop_if_unusable()
     message = f"the database refused the tick's commit: {store.describe_db_error(exc)}"
@@ -168,10 +178,19 @@ def best_effort(write) -> bool:
 
 
 def clear_running(t: tick._Tick) -> None:
-    """A tick that ends without committing (fenced, lease lost, an error) is no crash."""
+    """A tick that ends without committing (fenced, lease lost, an error) is no crash.
+
+    Only a tick that took the epoch before polling (``tick.take_epoch``: its epoch is
+    the version it compares on) marked the row running; any other wrote nothing, and
+    writes nothing now: a clean-up write moves the epoch, which would fence the tick
+    that took its lease over. A tick that took the epoch clears its mark only while it
+    still holds its lease, for the same reason.
+    """
     job_id = t.job.job_id
+    if t.epoch != t.expect or (t.held is not None and not holds(t.held)):
+        return
     try:
-        store.clear_running(job_id, t.epoch, t.expect)
+        store.clear_running(job_id, t.epoch)
     except DatabaseError as exc:  # the DB is down or locked: the tick already said so
         store.drop_if_unusable()
         log.warning("tick.clear_running_failed job=%s: %s", job_id, type(exc).__name__)

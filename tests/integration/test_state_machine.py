@@ -7,8 +7,10 @@ ticks (``tick_job`` with the scripted poller), the broker handing queued deliver
 tasks to ``deliver_rows``, the outbox sweeper, ``reload_config`` (unchanged,
 changed, job removed and re-added), pause/resume/reset, a lease expiring under a
 running tick (the lease key deleted while the tick waits at its barrier; a second
-tick takes over), a Redis FLUSHALL, a crash between commit and enqueue (the
-queued deliver task lost), receiver failures, and the clock moving on.
+tick takes over), a lost Redis reply on the lease acquire (a fault proxy), an
+operator's pause/resume/reset/reload while a (failing) tick is in flight, a Redis
+FLUSHALL, a crash between commit and enqueue (the queued deliver task lost),
+receiver failures, and the clock moving on.
 
 After every step: no item lost (every item the cursor passed has a delivery row
 that is sent, pending or held), duplicates at the receiver only under one delivery
@@ -320,6 +322,94 @@ class Pipeline(RuleBasedStateMachine):
         mine = [x for x in result["r"] if x.job_id == job]
         assert mine and not mine[0].takeover, result["r"]
 
+
+    # --- leases and fencing: lost Redis replies, operator writes mid-tick ------------
+    @rule()
+    def acquire_reply_lost(self) -> None:
+        """RELIABILITY row 53: Redis runs the tick's lease acquire but its reply is lost
+        (the connection cut); redis-py sends it again. The tick is not skipped as "lease
+        busy", and leaves no lease, no crash marker and no takeover behind."""
+        import redis as redis_py
+
+        from nexopoll.runtime import lease
+        from nexopoll.runtime import redis as rmod
+        from tests.support.faultproxy import FaultProxy
+
+        r, job = self.redis, self.job
+        if r.exists(lease_key(job)):
+            return  # a lease some other rule left is not this rule's to judge
+        port = r.connection_pool.connection_kwargs["port"]
+        proxy = FaultProxy(port).start()
+        lossy = redis_py.Redis.from_url(proxy.url, decode_responses=True, retry=rmod.RETRY)
+        lossy.script_load(lease._ACQUIRE)
+        original = rmod._client
+        try:
+            rmod._client = lossy
+            proxy.cut_after_request(f"nexopoll:lease:{job}".encode())
+            report = tick_job(job, now=self.now)
+        finally:
+            rmod._client = original
+            lossy.close()
+            proxy.stop()
+        assert proxy.cuts == 1
+        assert report.reason != "lease busy" and not report.takeover, report
+        assert not r.exists(lease_key(job), lease.running_key(job)), "orphan lease"
+
+    @precondition(lambda self: not PollState.objects.get(job_id=self.job).paused)
+    @rule(
+        verb=st.sampled_from(["pause", "resume", "reset", "reload"]),
+        failing=st.booleans(),
+    )
+    def operator_writes_during_a_tick(self, verb: str, failing: bool) -> None:
+        """RELIABILITY row 54: tick A waits at its barrier (and fails when let go, if
+        ``failing``) while an operator writes the job's state: A must not commit, and
+        the operator's write holds."""
+        r, job = self.redis, self.job
+        r.delete(f"test:blocked:{job}")
+        r.set(f"test:block_once:{job}", 1)
+        r.set(f"test:hold:{job}", 1)
+        result = {}
+
+        def tick_a() -> None:
+            try:
+                result["a"] = tick_job(job, now=self.now)
+            finally:
+                from django.db import connection
+
+                connection.close()
+
+        a = threading.Thread(target=tick_a)
+        a.start()
+        try:
+            wait_for(
+                lambda: r.get(f"test:blocked:{job}") or not a.is_alive(), 20, what="A at barrier"
+            )
+            if not a.is_alive():  # A did not reach the poller (breaker open): nothing to race
+                return
+            if failing:
+                r.set(f"test:mode:{job}", "transient")
+            if verb == "reload":
+                self.max_per_tick = 2 if self.max_per_tick == 3 else 3
+                self._write(with_job=True)
+                services.reload_config(now=self.now, path=self.config)
+            else:
+                getattr(services, f"{verb}_job")(job)
+            if verb == "reset":
+                self.reset_epochs.append(PollState.objects.get(job_id=job).epoch)
+                self.last_cursor = 0
+        finally:
+            r.delete(f"test:hold:{job}")
+            a.join(30)
+            r.delete(f"test:mode:{job}")
+        assert not a.is_alive()
+        assert result["a"].status == "fenced" and not result["a"].committed, result["a"]
+        s = PollState.objects.get(job_id=job)
+        if verb == "resume":
+            assert s.consecutive_errors == 0 and s.breaker_open_until is None and not s.paused
+        if verb == "pause":
+            assert s.paused
+        if verb == "reset":
+            assert s.cursor is None and s.consecutive_errors == 0
     # --- invariants -------------------------------------------------------------
     def _generation(self, epoch: int) -> int:
         return sum(1 for e in self.reset_epochs if e <= epoch)

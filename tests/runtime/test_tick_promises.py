@@ -17,9 +17,10 @@ from django.db import connection
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import lease
 from nexopoll.runtime.tick import tick_job
+from tests.support.procs import wait_for
 
 from .conftest import scripted
-from .test_db_faults import BlockedTick, pg_connect
+from .test_db_faults import BlockedTick, pg_connect, table_locked
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
@@ -212,7 +213,78 @@ def test_a_tick_whose_lease_extension_fails_does_not_commit(cfg, redis_client, h
     assert report.status == "fenced" and report.reason == "lease lost before commit"
     assert not report.committed
     s = st("a")
-    assert s.cursor is None and s.epoch == 1 and s.ticks_total == 0 and s.running_since is None
+    # it writes nothing at all, not even a clean-up: moving the epoch would fence the
+    # tick that took its lease over (test_a_zombie_that_gives_up_does_not_fence_its_successor)
+    assert s.cursor is None and s.epoch == 0 and s.ticks_total == 0 and s.running_since is None
     assert not Delivery.objects.exists()
     if how == "taken over":  # the other worker's lease is untouched
         assert redis_client.get(lease.lease_key("a")) == "another-worker:token"
+
+
+def test_a_zombie_that_gives_up_does_not_fence_its_successor(cfg, redis_client):
+    """A's lease expires mid-poll; B takes it over and reads the same version of the row;
+    A then finds its lease lost and rightly commits nothing. Its ending must not move the
+    epoch either, or B (which did everything right) is fenced too and nobody commits."""
+    cfg.write([scripted("a")])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 1, 2)
+    # A polls until its deadline (0.8 x 2 s), past TTL / 2: it must extend before committing
+    zombie = BlockedTick(redis_client, "a", now=NOW, lease_ttl_ms=2000)
+    redis_client.delete(lease.lease_key("a"))  # A's lease expired (or Redis lost it)
+    redis_client.delete("test:blocked:a")
+    redis_client.set("test:block:a", "1")  # B stops in its poller too, after reading the row
+    result = {}
+
+    def successor() -> None:
+        try:
+            result["r"] = tick_job("a", now=NOW + timedelta(seconds=1))
+        finally:
+            connection.close()
+
+    b = threading.Thread(target=successor)
+    b.start()
+    wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="B at the barrier")
+    gave_up = zombie.release(unhold=False)  # A: lease lost, nothing committed
+    assert gave_up.status == "fenced" and gave_up.reason == "lease lost before commit"
+    assert st("a").epoch == 0  # A's ending wrote nothing
+    redis_client.delete("test:block:a")
+    b.join(30)
+    took_over = result["r"]
+    assert took_over.status == "ok" and took_over.committed and took_over.takeover
+    s = st("a")
+    assert bytes(s.cursor) == b"2" and s.ticks_total == 1 and s.epoch > took_over.epoch
+    assert sorted(d.payload["item_id"] for d in Delivery.objects.all()) == [1, 2]
+    assert {d.epoch for d in Delivery.objects.all()} == {took_over.epoch}
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="needs PostgreSQL")
+def test_a_zombie_whose_commit_failed_records_nothing_over_its_successor(cfg, redis_client):
+    """A's commit fails on a lock timeout (the outbox table is held) after its lease was
+    taken over by B, which read the same row: A's failure record would move the epoch and
+    fence B. A records nothing; B commits."""
+    cfg.write([scripted("a")])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 1, 2)
+    zombie = BlockedTick(redis_client, "a", now=NOW, lock_wait_ms=300)
+    redis_client.delete(lease.lease_key("a"))
+    redis_client.delete("test:blocked:a")
+    redis_client.set("test:block:a", "1")
+    result = {}
+
+    def successor() -> None:
+        try:
+            result["r"] = tick_job("a", now=NOW + timedelta(seconds=1))
+        finally:
+            connection.close()
+
+    b = threading.Thread(target=successor)
+    b.start()
+    wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="B at the barrier")
+    with table_locked("poll_outbox"):
+        failed = zombie.release()
+    assert failed.status == "transient" and failed.db_error and not failed.committed
+    assert st("a").epoch == 0 and st("a").last_status == ""
+    redis_client.delete("test:block:a")
+    b.join(30)
+    assert result["r"].status == "ok" and result["r"].committed
+    assert bytes(st("a").cursor) == b"2" and Delivery.objects.count() == 2

@@ -8,8 +8,9 @@ RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
-is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``;
-the ``scripted_peek`` custom tool counts the source items.
+is deleted. A stopped tick reads ``test:mode:<job>`` again when let go (``transient``:
+it fails then, a failing tick in flight). Each name in ``test:metric:<job>`` is counted
+with ``host.metric_inc``; the ``scripted_peek`` custom tool counts the source items.
 
 Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
 tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error whose text
@@ -74,6 +75,8 @@ class ScriptedPoller(Poller):
             hangs = f"test:ignore_cancel:{job}"
             while r.exists(barrier) and (not ctx.cancel.cancelled or r.exists(hangs)):
                 time.sleep(0.02)
+            if r.get(f"test:mode:{job}") == "transient":  # made to fail while it waited
+                raise TransientError("scripted transient failure")
         if r.exists(f"test:hook_hold:{job}"):
             ctx.host.after_commit(lambda: _slow_hook(job))
         for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
