@@ -251,11 +251,29 @@ def test_a_batch_publishes_its_deliveries_after_the_commit_never_before(cfg, red
     assert queued(redis_client) == rows_of(ids)
 
 
-def test_an_exception_at_commit_is_recorded_as_a_failure_and_releases_the_lease(cfg, redis_client):
-    """A single tick whose commit raises something other than a DB error (an error text
-    with a character no DB driver encodes): status, error count, breaker, history."""
+def _commit_raises_for(monkeypatch, bad: str) -> None:
+    """The store's commit raises a non-DB error for ``bad``'s write (what a value the JSON
+    encoder refuses did before ``deliver`` validated its payload): the seam every commit
+    goes through, single or batched, so whatever raises there is covered."""
+    from nexopoll.runtime import store
+
+    single, many = store.commit_tick, store.commit_ticks
+
+    def check(writes):  # the tick's own write (its items' rows); not the failure record
+        if any(w.job_id == bad and w.deliveries for w in writes):
+            raise TypeError("Object of type set is not JSON serializable (UnicodeEncodeError)")
+
+    monkeypatch.setattr(store, "commit_tick", lambda w: (check([w]), single(w))[1])
+    monkeypatch.setattr(store, "commit_ticks", lambda ws: (check(ws), many(ws))[1])
+
+
+def test_an_exception_at_commit_is_recorded_as_a_failure_and_releases_the_lease(
+    cfg, redis_client, monkeypatch
+):
+    """A single tick whose commit raises something other than a DB error: status, error
+    count, breaker, history."""
     setup(cfg, redis_client, ["a"], breaker_threshold=2)
-    redis_client.set("test:mode:a", "raise-undecodable")
+    _commit_raises_for(monkeypatch, "a")
     first = tick_job("a", now=timezone.now())
     assert first.status == "transient" and first.committed and first.reason == "commit failed"
     s = st("a")
@@ -268,10 +286,10 @@ def test_an_exception_at_commit_is_recorded_as_a_failure_and_releases_the_lease(
     assert st("a").breaker_open_until is not None  # the breaker counts it like any failure
 
 
-def test_an_exception_at_commit_in_a_batch_fails_that_tick_alone(cfg, redis_client):
+def test_an_exception_at_commit_in_a_batch_fails_that_tick_alone(cfg, redis_client, monkeypatch):
     ids = ["j00", "j01", "j02"]
     setup(cfg, redis_client, ids)
-    redis_client.set("test:mode:j01", "raise-undecodable")
+    _commit_raises_for(monkeypatch, "j01")
     reports = {r.job_id: r for r in run_batch([(i, 30_000) for i in ids], clock=timezone.now)}
     assert reports["j00"].committed and reports["j02"].committed
     assert queued(redis_client) == rows_of(["j00", "j02"])
@@ -281,7 +299,7 @@ def test_an_exception_at_commit_in_a_batch_fails_that_tick_alone(cfg, redis_clie
     assert history.entries(redis_client, "j01")[0].status == "transient"
     for job_id in ids:  # every lease and crash marker released
         assert no_lease_or_marker(redis_client, job_id)
-    redis_client.delete("test:mode:j01")
+    monkeypatch.undo()
     again = {r.job_id: r for r in run_batch([(i, 30_000) for i in ids], clock=timezone.now)}
     assert set(again) == set(ids)  # none handed back as a crash
     assert not any(r.takeover for r in again.values()) and again["j01"].committed
