@@ -12,7 +12,9 @@ from nexopoll.channels.stream import check_topic, publish_payload
 from nexopoll.core.bindings import public_view
 from nexopoll.core.config import expand_env
 from nexopoll.core.errors import ConfigError, CredentialsMissingError
+from nexopoll.core.redact import secret_values
 
+from . import logredact
 from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.poller")
@@ -84,13 +86,25 @@ class TickHost:
             fields or "",
         )
 
-    def metric_inc(self, name: str, **labels: str) -> None:
-        """Count ``name`` (``poller_metric_total{job_id, name, labels…}``), cluster-wide."""
+    def metric_inc(self, name: str, /, **labels: Any) -> None:
+        """Count ``name`` (``poller_metric_total{job_id, name, labels…}``), cluster-wide.
+
+        Label values are masked like log lines (every ``${VAR}`` secret this process
+        knows, the agent's bindings' included) and cut to 100 characters.
+
+        Raises:
+            ConfigError: an invalid metric or label name (``__name__``, ``le``, ``job``,
+                ``1abc``…) or more than 5 labels (``nexopoll.core.metricrules``).
+        """
         from .metricstore import poller_key
 
-        key = poller_key(name, labels)
+        logredact.register(secret_values(self.bindings, self.env))  # no-op once known
+        try:
+            key = poller_key(name, labels, logredact.known())
+        except ConfigError as exc:
+            raise ConfigError(f"job {self.job_id!r}: {exc}") from None
         self.metric_counts[key] = self.metric_counts.get(key, 0) + 1
-        log.debug("poller.metric job=%s %s %s", self.job_id, name, labels)
+        log.debug("poller.metric job=%s %s %s", self.job_id, key[0], dict(key[1]))
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         from django.conf import settings
