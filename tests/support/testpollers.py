@@ -8,12 +8,14 @@ RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
-is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``;
+is deleted. Each name in ``test:metric:<job>`` is counted with ``host.metric_inc``
+(``source="scripted"``; an entry ``{"name": …, "labels": {…}}`` brings its own labels);
 the ``scripted_peek`` custom tool counts the source items.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -66,7 +68,11 @@ class ScriptedPoller(Poller):
             while r.exists(barrier) and not ctx.cancel.cancelled:
                 time.sleep(0.02)
         for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
-            ctx.host.metric_inc(name, source="scripted")
+            if name.startswith("{"):  # {"name": …, "labels": {…}}: labels of the test's own
+                call = json.loads(name)
+                ctx.host.metric_inc(call["name"], **call["labels"])
+            else:
+                ctx.host.metric_inc(name, source="scripted")
         r.rpush(f"test:done:{job}", os.getpid())
         return TickAck(
             next_cursor=str(new[-1]).encode() if new else None,
