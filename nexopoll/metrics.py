@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import json
 import logging
 import os
 from collections import Counter, defaultdict
@@ -74,6 +75,17 @@ def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
 
 _clients: dict[tuple[str, int], redis.Redis] = {}
 
+# Every hash of the scrape (and the beat lock) as one JSON string: a 10,000-job cluster
+# has ~150,000 fields, which redis-py's reply parser reads one by one (0.3 s of CPU);
+# one string for json.loads costs a tenth of that. Redis runs it in about the time of
+# the HGETALLs themselves.
+_READ_SCRIPT = """
+local out = {}
+for i = 1, #KEYS - 1 do out[i] = redis.call('HGETALL', KEYS[i]) end
+out[#KEYS] = redis.call('EXISTS', KEYS[#KEYS])
+return cjson.encode(out)
+"""
+
 
 def _scrape_redis() -> redis.Redis:
     """A client that reads bytes that are no UTF-8 as U+FFFD (a field written by hand or
@@ -110,16 +122,17 @@ class ClusterCollector:
     # --- Redis ---------------------------------------------------------------
     @staticmethod
     def _read_redis() -> dict[str, Any] | None:
+        keys = [*ms.ALL_KEYS, settings.CELERY_REDBEAT_KEY_PREFIX + ":lock"]
         try:
-            pipe = _scrape_redis().pipeline(transaction=False)
-            for key in ms.ALL_KEYS:
-                pipe.hgetall(key)
-            pipe.exists(settings.CELERY_REDBEAT_KEY_PREFIX + ":lock")
-            *hashes, lock = pipe.execute()
+            raw = _scrape_redis().eval(_READ_SCRIPT, len(keys), *keys)
+            *hashes, lock = json.loads(raw)
         except Exception as exc:  # the DB-side series still render
             log.warning("metrics.redis_unavailable: %s", type(exc).__name__)
             return None
-        data = dict(zip(ms.ALL_KEYS, hashes, strict=True))
+        data: dict[str, Any] = {
+            key: dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) else {}
+            for key, flat in zip(ms.ALL_KEYS, hashes, strict=True)  # cjson: {} for empty
+        }
         data["lock"] = bool(lock)
         return data
 

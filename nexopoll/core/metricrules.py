@@ -103,16 +103,15 @@ def parse_stored(field: str) -> tuple[str, str, Labels] | None:
         if not isinstance(job_id, str) or not isinstance(pairs, list) or len(pairs) > MAX_LABELS:
             return None
         check_name(name)
-        labels = []
-        for label, value in pairs:
+        labels = dict(pairs)
+        if len(labels) != len(pairs):  # a label twice
+            return None
+        for label, value in labels.items():
             if label_problem(label) is not None or not isinstance(value, str):
                 return None
-            labels.append((label, value))
     except (ValueError, TypeError, ConfigError):
         return None
-    if len({label for label, _ in labels}) != len(labels):
-        return None
-    return job_id, name, tuple(sorted(labels))
+    return job_id, name, tuple(sorted(labels.items()))
 
 
 def _show(value: object) -> str:

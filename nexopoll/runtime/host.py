@@ -40,6 +40,7 @@ class TickHost:
     post_commit: list[Callable[[], None]] = field(default_factory=list)
     # metric_inc counts, written with the tick's metrics (poller_metric_total)
     metric_counts: dict[tuple[str, tuple], int] = field(default_factory=dict)
+    _secrets_known: bool = field(default=False, repr=False)  # the bindings' masked in metrics
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
         get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
@@ -98,7 +99,9 @@ class TickHost:
         """
         from .metricstore import poller_key
 
-        logredact.register(secret_values(self.bindings, self.env))  # no-op once known
+        if not self._secrets_known:  # a tick registered them already; a tool call may not
+            logredact.register(secret_values(self.bindings, self.env))
+            self._secrets_known = True
         try:
             key = poller_key(name, labels, logredact.known())
         except ConfigError as exc:

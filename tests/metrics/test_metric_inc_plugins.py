@@ -40,7 +40,8 @@ def test_sdk_metric_inc_is_counted_with_masked_values(plugin, monkeypatch):  # n
 
 
 def test_a_refused_metric_inc_notification_is_logged_and_the_tick_goes_on(
-    plugin, caplog  # noqa: F811
+    plugin,  # noqa: F811
+    caplog,
 ):
     p = plugin(lifecycle="long_lived")
     host = TickHost("job1", "ana", {}, {})

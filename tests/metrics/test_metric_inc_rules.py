@@ -22,8 +22,9 @@ from tests.runtime.conftest import scripted
 
 from .test_metrics import cfg, get, samples, scrape  # noqa: F401 (fixture)
 
+FULLWIDTH = "\uff4c\uff41\uff42\uff45\uff4c"  # "label" in fullwidth letters
 BAD_LABELS = ["__name__", "__meta", "le", "quantile", "job", "instance", "job_id", "kind",
-              "name", "agent", "1abc", "a-b", "a.b", "a b", "é", "ｌａｂｅｌ", "", "a\n",
+              "name", "agent", "1abc", "a-b", "a.b", "a b", "é", FULLWIDTH, "", "a\n",
               "x" * 101]  # fmt: skip
 BAD_NAMES = ["", "1abc", "a-b", "a b", "é", "m\n", "m{x}", "x" * 101, 7, None]
 
@@ -67,7 +68,8 @@ def test_good_names_pass_and_values_are_never_refused():
 
 
 def test_a_refused_label_fails_the_tick_as_a_config_error_and_the_scrape_stays_readable(
-    cfg, redis_client  # noqa: F811
+    cfg,  # noqa: F811
+    redis_client,
 ):
     cfg.write([scripted("m")])
     cfg.reload()
@@ -84,7 +86,8 @@ def test_a_refused_label_fails_the_tick_as_a_config_error_and_the_scrape_stays_r
 
 
 def test_values_with_newlines_quotes_backslashes_and_unicode_are_escaped(
-    cfg, redis_client  # noqa: F811
+    cfg,  # noqa: F811
+    redis_client,
 ):
     cfg.write([scripted("v")])
     cfg.reload()

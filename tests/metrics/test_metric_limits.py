@@ -24,10 +24,11 @@ def calls(name: str, labels: list[dict]) -> list[str]:
 
 
 def series(data, name: str, job_id: str) -> dict[frozenset, float]:
+    wanted = {("name", name), ("job_id", job_id)}
     return {
         labels: v
         for (sample, labels), v in data.items()
-        if sample == "poller_metric_total" and ("name", name) in labels and ("job_id", job_id) in labels
+        if sample == "poller_metric_total" and wanted <= labels
     }
 
 

@@ -75,7 +75,9 @@ def test_bad_stored_series_are_skipped_and_counted(cfg, redis_client):  # noqa: 
 
 
 def test_a_secret_in_a_label_value_is_masked_in_redis_and_on_metrics(
-    cfg, redis_client, monkeypatch  # noqa: F811
+    cfg,  # noqa: F811
+    redis_client,
+    monkeypatch,
 ):
     monkeypatch.setenv("API_KEY", SECRET)
     cfg.write([scripted("s", config={"deliver": {"channel": "log", "to": "ops"},
@@ -99,7 +101,9 @@ def test_a_secret_in_a_label_value_is_masked_in_redis_and_on_metrics(
 
 
 def test_a_secret_stored_before_masking_existed_is_masked_by_the_scrape(
-    cfg, redis_client, monkeypatch  # noqa: F811
+    cfg,  # noqa: F811
+    redis_client,
+    monkeypatch,
 ):
     monkeypatch.setenv("HOOK_URL", f"https://hooks.example.com/{SECRET}")
     cfg.write([scripted("old")], agents={"ana": {"log": {}, "webhook": {"url": "${HOOK_URL}"}}})
