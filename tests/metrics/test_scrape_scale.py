@@ -45,3 +45,26 @@ def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
     size = len(response.content) / 1e6
     print(f"scrape of {N} jobs: {elapsed:.2f} s ({cpu:.2f} s CPU in this process), {size:.1f} MB")
     assert elapsed < 10, f"{elapsed:.1f} s"
+
+
+def test_scrape_of_a_hundred_thousand_stored_series_of_one_job(cfg, redis_client):  # noqa: F811
+    """Series an older version stored without caps (550,000 used to time the scrape out):
+    the scrape shows what the caps allow and skips the rest, mostly unread."""
+    PollJob.objects.create(job_id="big", kind="scripted", agent="ana",
+                           schedule={"every_secs": 60}, config={}, definition_hash="h")  # fmt: skip
+    n = 100_000
+    for start in range(0, n, 25_000):
+        fields = {metricstore.poller_field("big", "hits", [("user", f"u{i:06d}")]): 1
+                  for i in range(start, start + 25_000)}  # fmt: skip
+        redis_client.hset(metricstore.POLLER, mapping=fields)
+    started, cpu = time.monotonic(), time.process_time()
+    response = Client().get("/metrics")
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+    assert response.status_code == 200
+    data = samples(response.content.decode())
+    hits = [k for (name, k), _ in data.items() if name == "poller_metric_total"]
+    assert len(hits) == 100  # NEXOPOLL_METRICS_MAX_LABEL_VALUES
+    skipped = data[("nexopoll_metric_series_skipped", frozenset({("reason", "over_limit")}))]
+    assert skipped == n - 100
+    print(f"scrape of {n} stored series of one job: {elapsed:.2f} s ({cpu:.2f} s CPU)")
+    assert elapsed < 10, f"{elapsed:.1f} s"
