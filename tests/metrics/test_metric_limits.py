@@ -9,6 +9,9 @@ existed (or under larger ones) are capped again by the scrape, counted as skippe
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from django.utils import timezone
 
@@ -99,3 +102,20 @@ def test_series_stored_before_the_caps_are_capped_by_the_scrape(cfg, redis_clien
                       ("name", "hits")}) in kept  # fmt: skip
     assert get(data, "nexopoll_metric_series_skipped", reason="over_limit") == 30
     assert get(data, "nexopoll_metric_series_skipped", reason="invalid") == 0
+
+
+def test_the_caps_are_read_from_the_environment():
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.NEXOPOLL_METRICS_MAX_LABEL_VALUES, s.NEXOPOLL_METRICS_MAX_SERIES_PER_JOB)"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "nexopoll.settings",
+        "NEXOPOLL_METRICS_MAX_LABEL_VALUES": "7",
+        "NEXOPOLL_METRICS_MAX_SERIES_PER_JOB": "42",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.split() == ["7", "42"], out.stderr[-2000:]
