@@ -137,8 +137,10 @@ class Tick:
         params = {"tick_id": self.tick_id, "level": level, "message": message, "fields": fields}
         self._conn.notify("log", params)
 
-    def metric_inc(self, name: str, **labels: str) -> None:
-        self._conn.notify("metric_inc", {"tick_id": self.tick_id, "name": name, "labels": labels})
+    def metric_inc(self, name: str, /, **labels: str) -> None:
+        """Count ``name``; a bad metric or label name (``__name__``, ``job``, ``a-b``…)
+        raises HostError (code -32602), which fails the tick as a config error if uncaught."""
+        self._conn.call("metric_inc", {"tick_id": self.tick_id, "name": name, "labels": labels})
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._conn.call("llm_invoke", {"tick_id": self.tick_id, "request": request})

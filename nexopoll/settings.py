@@ -227,6 +227,10 @@ NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS = env_float("NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_
 # set; API requests per client per minute; agents' LLM tools may act on every job.
 NEXOPOLL_METRICS = env_bool("NEXOPOLL_METRICS", True)
 NEXOPOLL_METRICS_TOKEN = env_secret("NEXOPOLL_METRICS_TOKEN", "")
+# a poller's own metrics (host.metric_inc): distinct values one label of one metric of one
+# job may take, and series one job may have; beyond them new series are dropped (counted)
+NEXOPOLL_METRICS_MAX_LABEL_VALUES = env_int("NEXOPOLL_METRICS_MAX_LABEL_VALUES", 100)
+NEXOPOLL_METRICS_MAX_SERIES_PER_JOB = env_int("NEXOPOLL_METRICS_MAX_SERIES_PER_JOB", 500)
 NEXOPOLL_API_RATE_PER_MIN = env_int("NEXOPOLL_API_RATE_PER_MIN", 600)
 NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 

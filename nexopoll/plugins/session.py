@@ -6,6 +6,7 @@ tick's outbox and commit with it, so a tick that fails sends none of them.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import time
@@ -82,7 +83,8 @@ def run_tick(proc: PluginProcess, ctx: PollContext, timeout: float) -> TickAck:
 
 
 def answer(proc: PluginProcess, msg: Message, ctx: PollContext) -> None:
-    """Serve one reverse call in the tick's thread; reply unless it was a notification."""
+    """Serve one reverse call in the tick's thread; reply unless it was a notification
+    (then a refusal is logged: ``metric_inc`` with a bad label name, say)."""
     params = msg.params if isinstance(msg.params, dict) else {}
     host = ctx.host
     try:
@@ -98,6 +100,9 @@ def answer(proc: PluginProcess, msg: Message, ctx: PollContext) -> None:
         reply = jsonrpc.result(msg.id, value)
     if msg.id is not None:
         proc.send(reply)
+    elif error := json.loads(reply).get("error"):  # a notification: no reply carries it
+        log.warning("plugin.notification_refused plugin=%s job=%s method=%s: %s",
+                    proc.manifest.plugin_id, ctx.job_id, msg.method, error["message"])  # fmt: skip
 
 
 class _NoMethod(Exception):

@@ -12,7 +12,9 @@ from nexopoll.channels.stream import check_topic, publish_payload
 from nexopoll.core.bindings import public_view
 from nexopoll.core.config import expand_env
 from nexopoll.core.errors import ConfigError, CredentialsMissingError
+from nexopoll.core.redact import secret_values
 
+from . import logredact
 from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.poller")
@@ -38,6 +40,7 @@ class TickHost:
     post_commit: list[Callable[[], None]] = field(default_factory=list)
     # metric_inc counts, written with the tick's metrics (poller_metric_total)
     metric_counts: dict[tuple[str, tuple], int] = field(default_factory=dict)
+    _secrets_known: bool = field(default=False, repr=False)  # the bindings' masked in metrics
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
         get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
@@ -84,13 +87,27 @@ class TickHost:
             fields or "",
         )
 
-    def metric_inc(self, name: str, **labels: str) -> None:
-        """Count ``name`` (``poller_metric_total{job_id, name, labels…}``), cluster-wide."""
+    def metric_inc(self, name: str, /, **labels: Any) -> None:
+        """Count ``name`` (``poller_metric_total{job_id, name, labels…}``), cluster-wide.
+
+        Label values are masked like log lines (every ``${VAR}`` secret this process
+        knows, the agent's bindings' included) and cut to 100 characters.
+
+        Raises:
+            ConfigError: an invalid metric or label name (``__name__``, ``le``, ``job``,
+                ``1abc``…) or more than 5 labels (``nexopoll.core.metricrules``).
+        """
         from .metricstore import poller_key
 
-        key = poller_key(name, labels)
+        if not self._secrets_known:  # a tick registered them already; a tool call may not
+            logredact.register(secret_values(self.bindings, self.env))
+            self._secrets_known = True
+        try:
+            key = poller_key(name, labels, logredact.known())
+        except ConfigError as exc:
+            raise ConfigError(f"job {self.job_id!r}: {exc}") from None
         self.metric_counts[key] = self.metric_counts.get(key, 0) + 1
-        log.debug("poller.metric job=%s %s %s", self.job_id, name, labels)
+        log.debug("poller.metric job=%s %s %s", self.job_id, key[0], dict(key[1]))
 
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         from django.conf import settings

@@ -28,7 +28,18 @@ key                    field                                    value
 ``deliveries``         ``channel SEP status``                   attempts' outcomes
 ``beat_lag``           ``i`` (bucket i), ``sum`` (ms)           dispatches
 ``poller``             JSON ``[job_id, name, [[k, v], …]]``     increments
+``poller_dropped``     JSON ``[job_id, name]``                  increments refused
+``poller_card``        JSON ``[job_id]``, ``[job_id, name]``,   series / values
+                       ``[job_id, name, label]``                counted
+``poller_values``      JSON ``[job_id, name, label, value]``    1 (a value in use)
 =====================  ======================================  =====================
+
+A poller's own series are capped where they are written (one Lua script per tick that
+counted any, on the same pipeline): a new series is refused when its job already has
+``NEXOPOLL_METRICS_MAX_SERIES_PER_JOB`` of them, or when one of its label values would
+be the ``NEXOPOLL_METRICS_MAX_LABEL_VALUES``-plus-first of that label for that job and
+metric. The refused increments are counted in ``poller_dropped`` (under the metric's
+name, or ``*`` for a name the job had no series of yet, so the drops stay bounded too).
 """
 
 from __future__ import annotations
@@ -37,6 +48,8 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from nexopoll.core import metricrules
 
 log = logging.getLogger("nexopoll.metrics")
 
@@ -50,16 +63,18 @@ TAKEOVERS = PREFIX + "takeovers"
 DELIVERIES = PREFIX + "deliveries"
 BEAT_LAG = PREFIX + "beat_lag"
 POLLER = PREFIX + "poller"
-ALL_KEYS = (TICKS, SEEN, DISPATCHED, LATENCY, TAKEOVERS, DELIVERIES, BEAT_LAG, POLLER)
+POLLER_DROPPED = PREFIX + "poller_dropped"
+POLLER_CARD = PREFIX + "poller_card"
+POLLER_VALUES = PREFIX + "poller_values"
+#: what a scrape reads (the cap's bookkeeping, POLLER_CARD and POLLER_VALUES, it does not)
+ALL_KEYS = (TICKS, SEEN, DISPATCHED, LATENCY, TAKEOVERS, DELIVERIES, BEAT_LAG, POLLER,
+            POLLER_DROPPED)  # fmt: skip
 
 #: ``poller_latency_ms`` bucket bounds (ms); index ``len(...)`` is +Inf
 LATENCY_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1000, 5000, 30_000)
 #: beat dispatch lag bucket bounds (seconds)
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TICK_STATUSES = ("ok", "transient", "permanent", "skipped")
-#: a poller's own metric: at most this many labels, each value cut to this length
-MAX_POLLER_LABELS = 5
-MAX_LABEL_CHARS = 100
 
 
 def enabled() -> bool:
@@ -94,18 +109,88 @@ def queue_tick(
         pipe.hincrby(LATENCY, f"{job_id}{SEP}sum", int(ms))
     if takeover:
         pipe.hincrby(TAKEOVERS, job_id, 1)
-    for (name, labels), n in (poller or {}).items():
-        pipe.hincrby(POLLER, poller_field(job_id, name, labels), n)
+    if poller:
+        queue_poller(pipe, job_id, poller)
 
 
-def poller_key(name: str, labels: Mapping[str, Any]) -> tuple[str, tuple]:
-    """A ``metric_inc(name, **labels)`` call as a hashable key (labels capped and cut)."""
-    items = sorted((str(k), str(v)[:MAX_LABEL_CHARS]) for k, v in labels.items())
-    return str(name)[:MAX_LABEL_CHARS], tuple(items[:MAX_POLLER_LABELS])
+def poller_key(
+    name: str, labels: Mapping[str, Any], secrets: Iterable[str] = ()
+) -> tuple[str, tuple]:
+    """A ``metric_inc(name, **labels)`` call as a hashable key: names checked (ConfigError),
+    values masked and cut (``nexopoll.core.metricrules.series``)."""
+    return metricrules.series(name, labels, secrets)
 
 
 def poller_field(job_id: str, name: str, labels: Iterable[tuple[str, str]]) -> str:
-    return json.dumps([job_id, name, [list(kv) for kv in labels]], separators=(",", ":"))
+    return _json([job_id, name, [list(kv) for kv in labels]])
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+# KEYS: POLLER, POLLER_DROPPED, POLLER_VALUES, POLLER_CARD.
+# ARGV: max values per label, max series per job, the job's field ([job_id]), its drop
+# field for new names ([job_id, "*"]), then per series: its field, increment, its
+# metric's field ([job_id, name]), label count, then (card field, values field) per
+# label. A known series is incremented; a new one only if its job and each of its labels
+# are under their caps, else its increment is counted as dropped.
+_CAP_SCRIPT = """
+local max_values, max_series, job = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local i = 5
+while i <= #ARGV do
+  local field, n, metric = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local first = i + 4
+  local last = first + 2 * tonumber(ARGV[i + 3]) - 1
+  if redis.call('HEXISTS', KEYS[1], field) == 1 then
+    redis.call('HINCRBY', KEYS[1], field, n)
+  else
+    local ok = tonumber(redis.call('HGET', KEYS[4], job) or '0') < max_series
+    for j = first, last, 2 do
+      if ok and redis.call('HEXISTS', KEYS[3], ARGV[j + 1]) == 0
+         and tonumber(redis.call('HGET', KEYS[4], ARGV[j]) or '0') >= max_values then
+        ok = false
+      end
+    end
+    if ok then
+      for j = first, last, 2 do
+        if redis.call('HSETNX', KEYS[3], ARGV[j + 1], 1) == 1 then
+          redis.call('HINCRBY', KEYS[4], ARGV[j], 1)
+        end
+      end
+      redis.call('HINCRBY', KEYS[4], job, 1)
+      redis.call('HINCRBY', KEYS[4], metric, 1)
+      redis.call('HINCRBY', KEYS[1], field, n)
+    elseif redis.call('HEXISTS', KEYS[4], metric) == 1 then
+      redis.call('HINCRBY', KEYS[2], metric, n)
+    else
+      redis.call('HINCRBY', KEYS[2], ARGV[4], n)
+    end
+  end
+  i = last + 1
+end
+return 0
+"""
+
+
+def limits() -> tuple[int, int]:
+    """``(values per label per job and metric, series per job)`` for a poller's own metrics."""
+    from django.conf import settings
+
+    return (settings.NEXOPOLL_METRICS_MAX_LABEL_VALUES,
+            settings.NEXOPOLL_METRICS_MAX_SERIES_PER_JOB)  # fmt: skip
+
+
+def queue_poller(pipe: Any, job_id: str, counts: Mapping[tuple[str, tuple], int]) -> None:
+    """Queue a tick's ``metric_inc`` counts on ``pipe``: one script that applies the caps."""
+    max_values, max_series = limits()
+    args: list[Any] = [max_values, max_series, _json([job_id]), _json([job_id, "*"])]
+    for (name, labels), n in counts.items():
+        args += [poller_field(job_id, name, labels), int(n), _json([job_id, name]), len(labels)]
+        for label, value in labels:
+            args += [_json([job_id, name, label]), _json([job_id, name, label, value])]
+    keys = (POLLER, POLLER_DROPPED, POLLER_VALUES, POLLER_CARD)
+    pipe.eval(_CAP_SCRIPT, len(keys), *keys, *args)
 
 
 def queue_deliveries(pipe: Any, outcomes: Iterable[tuple[str, str]]) -> None:
@@ -150,7 +235,7 @@ def record_deliveries(client: Any, outcomes: Iterable[tuple[str, str]]) -> None:
 
 
 def clear(client: Any) -> None:
-    client.delete(*ALL_KEYS)
+    client.delete(*ALL_KEYS, POLLER_CARD, POLLER_VALUES)
 
 
 def tick_writer(report: Any) -> Any:

@@ -4,7 +4,8 @@ Modes: ok (cursor += 1, delivers one item), error (reply config.code), bare (a
 reply without the envelope), hang (spawn a grandchild, then sleep forever), exit,
 segv, non_json, wrong_id, both, nan, deep, huge (config.mb MB without newline),
 env (return os.environ as cursor), flood (config.mb MB to stderr, then reply),
-reverse (every reverse call, then ok), deliver_fail (deliver, then error -32001),
+reverse (every reverse call, then ok), metric_notify (config.name/labels as a
+metric_inc notification, then ok), deliver_fail (deliver, then error -32001),
 slow (sleep config.secs, record concurrency in a file).
 """
 
@@ -128,6 +129,10 @@ def tick(msg):
         for _ in range(cfg.get("mb", 100) * 1024):
             sys.stderr.buffer.write(line)
         ok(b"flooded")
+    elif mode == "metric_notify":  # metric_inc as a notification (no reply), then ok
+        params = {"tick_id": tid, "name": cfg["name"], "labels": cfg["labels"]}
+        send({"jsonrpc": "2.0", "method": "metric_inc", "params": params})
+        ok(b"notified")
     elif mode == "reverse":
         creds = call("credentials_get", {"tick_id": tid, "channel": "webhook"})
         send(

@@ -20,6 +20,12 @@ def handle(tick):
             tick.credentials("telegram")
         except HostError as exc:
             raise PermanentError(f"no telegram: {exc}") from None
+    if mode == "metric":  # the host's answer to metric_inc, as the cursor
+        try:
+            tick.metric_inc(tick.config["name"], **tick.config["labels"])
+        except HostError as exc:
+            return Result(next_cursor=f"refused: {exc}".encode())
+        return Result(next_cursor=b"counted")
     return Result(next_cursor=(tick.cursor or b"") + b"+", items_seen=1)
 
 

@@ -40,7 +40,7 @@ def test_python_example_counts_delivers_and_keeps_its_cursor(registry):
     ack = poller.tick(make_ctx("py_counter", {**DELIVER, "label": "n"}, cursor=b"3", host=host))
     assert ack.next_cursor == b"4"
     assert [p["text"] for _, _, p in host.deliveries] == ["n #1", "n #2", "n #3", "n #4"]
-    assert host.metrics == [("counter_py_items", {"job": "job1"})] * 2
+    assert host.metrics == [("counter_py_items", {})] * 2
     assert ("info", "counted", {"upto": "3"}) in host.logs
 
 

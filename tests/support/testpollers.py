@@ -10,7 +10,8 @@ after fetching (before the runtime commits), announcing itself in
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
 is deleted. A stopped tick reads ``test:mode:<job>`` again when let go (``transient``:
 it fails then, a failing tick in flight). Each name in ``test:metric:<job>`` is counted
-with ``host.metric_inc``; the ``scripted_peek`` custom tool counts the source items.
+with ``host.metric_inc`` (``source="scripted"``; an entry ``{"name": …, "labels": {…}}``
+brings its own labels); the ``scripted_peek`` custom tool counts the source items.
 
 Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
 tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error whose text
@@ -21,6 +22,7 @@ is deleted, then appends to ``test:hook_done:<job>``.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -80,7 +82,11 @@ class ScriptedPoller(Poller):
         if r.exists(f"test:hook_hold:{job}"):
             ctx.host.after_commit(lambda: _slow_hook(job))
         for name in r.lrange(f"test:metric:{job}", 0, -1):  # host.metric_inc, once per entry
-            ctx.host.metric_inc(name, source="scripted")
+            if name.startswith("{"):  # {"name": …, "labels": {…}}: labels of the test's own
+                call = json.loads(name)
+                ctx.host.metric_inc(call["name"], **call["labels"])
+            else:
+                ctx.host.metric_inc(name, source="scripted")
         r.rpush(f"test:done:{job}", os.getpid())
         return TickAck(
             next_cursor=str(new[-1]).encode() if new else None,

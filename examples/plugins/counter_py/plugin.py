@@ -19,7 +19,7 @@ def handle(tick):
     label = tick.config.get("label", tick.job_id)
     for n in range(last + 1, last + batch + 1):
         tick.deliver(target["channel"], target["to"], {"text": f"{label} #{n}", "item_id": n})
-    tick.metric_inc("counter_py_items", job=tick.job_id)
+    tick.metric_inc("counter_py_items")
     tick.log("info", "counted", upto=last + batch)
     return Result(next_cursor=str(last + batch).encode(), items_seen=batch, items_dispatched=batch)
 
