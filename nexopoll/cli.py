@@ -1,4 +1,12 @@
-"""The ``nexopoll`` console script: ``nexopoll list`` is ``manage.py pollers list``."""
+"""The ``nexopoll`` console script.
+
+``nexopoll VERB …`` is ``manage.py pollers VERB …`` (``nexopoll list``, ``nexopoll run ID``);
+``nexopoll pollers VERB …`` is the same. Any other Django management command runs as it
+would under ``manage.py``: ``nexopoll migrate``, ``nexopoll createsuperuser``,
+``nexopoll collectstatic``. A pollers verb wins over a Django command of the same name
+(``nexopoll check`` is ``pollers check``). ``nexopoll`` and ``nexopoll --help`` show the
+pollers verbs.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +14,35 @@ import os
 import sys
 
 
+def _pollers_verbs() -> set[str]:
+    from nexopoll.management.commands.pollers import Command
+
+    parser = Command().create_parser("nexopoll", "pollers")
+    for action in parser._actions:  # the sub-parsers action holds the verbs
+        if getattr(action, "choices", None) and isinstance(action.choices, dict):
+            return set(action.choices)
+    return set()
+
+
+def command_line(args: list[str]) -> list[str]:
+    """The ``manage.py`` argument list that ``nexopoll ARGS`` runs."""
+    import django
+    from django.core.management import get_commands
+
+    django.setup()
+    first = args[0] if args else ""
+    if first in _pollers_verbs() or first not in get_commands():
+        # a pollers verb, --help, nothing, or an unknown word (pollers names the verbs)
+        return ["nexopoll", "pollers", *args]
+    return ["nexopoll", *args]
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
     from django.core.management import execute_from_command_line
 
     args = list(sys.argv[1:] if argv is None else argv)
-    execute_from_command_line(["nexopoll", "pollers", *args])
+    execute_from_command_line(command_line(args))
 
 
 if __name__ == "__main__":
