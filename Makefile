@@ -12,7 +12,7 @@ export REDIS_URL PORT NEXOPOLL_DEMO_BASE
 # processes find gunicorn, celery and python on PATH (the Procfile names no venv path)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: browser-deps run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint bench clean
+.PHONY: browser-deps run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,7 +70,7 @@ flower-auth:
 run: venv redis migrate reload static flower-auth data/secret_key
 	@if [ -z "$$NEXOPOLL_FLOWER_BASIC_AUTH" ]; then \
 	  echo "flower: http://127.0.0.1:$${NEXOPOLL_FLOWER_PORT:-5555}  user admin, password in data/flower-password"; fi
-	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/python manage.py createsuperuser)"
+	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/nexopoll createsuperuser)"
 	@echo "health: http://127.0.0.1:$(PORT)/healthz    stop everything: Ctrl-C, then make stop"
 	@echo $$$$ > data/run.pid; \
 	if [ -z "$$DJANGO_SECRET_KEY$$DJANGO_SECRET_KEY_FILE" ]; then \
@@ -113,6 +113,11 @@ test-pg: venv redis-bin
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(MAKE) --no-print-directory docs
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link fails.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # BENCH_ARGS: --quick (about 2 min), --db postgres[://postgres@127.0.0.1:5432/PREFIX], --parts
 bench: venv redis-bin
@@ -120,4 +125,4 @@ bench: venv redis-bin
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build site *.egg-info

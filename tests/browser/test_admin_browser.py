@@ -80,7 +80,7 @@ def test_jobs_list_pause_and_it_stops_ticking(browser, live_server, running):
     page = browser.page_source
     assert "alpha" in page and "beta" in page and "every 1 s" in page and "np-ok" in page
     picture = shot(browser, "jobs-list")
-    if os.environ.get("NEXOPOLL_DOCS_SCREENSHOT") == "1":  # refresh the README's picture
+    if os.environ.get("NEXOPOLL_DOCS_SCREENSHOT") == "1":  # refresh docs/admin-jobs.png
         shutil.copy(picture, DOCS / "admin-jobs.png")
     run_action(browser, "pause", "alpha")
     WebDriverWait(browser, 20).until(lambda d: "Paused 1 job(s)" in d.page_source)

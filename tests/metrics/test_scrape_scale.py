@@ -2,7 +2,7 @@
 
 Each job also has two series of its own (``metric_inc``), and the log redactor knows
 secrets, so the scrape's checking and masking of those series is in the timing. The
-time is printed (``-s``); the README reports it.
+time is printed (``-s``); docs/performance.md reports it.
 """
 
 from __future__ import annotations
