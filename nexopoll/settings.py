@@ -38,6 +38,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # every answer under /api/ is JSON, errors raised anywhere below included
+    "nexopoll.api.middleware.ApiJsonMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # static files (the admin's CSS) served by the web process itself, DEBUG on or off
     "whitenoise.middleware.WhiteNoiseMiddleware",

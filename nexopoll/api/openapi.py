@@ -10,6 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from .errors import ApiError
 from .routing import PATH_PARAMS, Route
 from .schemas import ErrorBody
 
@@ -136,4 +137,8 @@ def document() -> dict[str, Any]:
 
 def openapi_view(request: HttpRequest) -> JsonResponse:
     """The schema is public (it holds no data); every endpoint it lists needs credentials."""
+    if request.method not in ("GET", "HEAD"):
+        return ApiError(
+            405, f"{request.method} is not allowed here", headers={"Allow": "GET, HEAD"}
+        ).response()
     return JsonResponse(document(), json_dumps_params={"indent": 1})

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 JOB_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
@@ -12,7 +13,40 @@ MAX_PAGE = 500
 
 
 class Strict(BaseModel):
+    """A query string: unknown parameters refused."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+class Body(BaseModel):
+    """A JSON body: unknown fields refused, and no coercion: a flag is JSON true or false
+    (never 1 or "true"), a number a JSON integer where the schema says integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _query_int(value: Any) -> Any:
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,9}", value):
+        raise ValueError("must be a whole number written in digits (0-9)")
+    return int(value) if isinstance(value, str) else value
+
+
+def _query_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in ("true", "false"):
+            raise ValueError("must be true or false")
+        return value == "true"
+    return value
+
+
+def _json_bool(value: Any) -> Any:
+    if not isinstance(value, bool):  # Literal[True] alone takes 1 and 1.0 (they equal True)
+        raise ValueError("must be JSON true or false")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_query_int)]
+QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 
 
 # --- errors --------------------------------------------------------------------------
@@ -34,8 +68,8 @@ class JobQuery(Strict):
     status: Literal["ok", "transient", "permanent", "skipped", "never"] | None = Field(
         None, description="last tick's outcome (never: not ticked yet)"
     )
-    paused: bool | None = None
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    paused: QueryBool | None = Field(None, description="true or false")
+    limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
         None, max_length=100, description="the previous page's next_after (job ids ascend)"
     )
@@ -75,7 +109,7 @@ class JobPage(BaseModel):
     next_after: str | None = Field(None, description="pass as ?after= for the next page")
 
 
-class RunRequest(Strict):
+class RunRequest(Body):
     wait: bool = Field(True, description="false: queue the tick on a worker (202)")
     force: bool = Field(False, description="tick a paused job anyway")
 
@@ -107,8 +141,8 @@ class Enqueued(BaseModel):
     task_id: str
 
 
-class ResetRequest(Strict):
-    confirm: Literal[True] = Field(
+class ResetRequest(Body):
+    confirm: Annotated[Literal[True], BeforeValidator(_json_bool)] = Field(
         description="must be true: a reset clears the cursor, errors and breaker"
     )
 
@@ -119,7 +153,7 @@ class Done(BaseModel):
     job: Job
 
 
-class ReloadRequest(Strict):
+class ReloadRequest(Body):
     dry_run: bool = False
     strict: bool = False
 
@@ -139,7 +173,7 @@ class ReloadPlan(BaseModel):
 class DeliveryQuery(Strict):
     status: Literal["pending", "held", "dead", "sent"] | None = None
     job_id: str | None = Field(None, max_length=100)
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
         None, pattern=UUID_PATTERN, description="the previous page's next_after (newest first)"
     )
@@ -165,7 +199,7 @@ class DeliveryPage(BaseModel):
     next_after: str | None = None
 
 
-class RedeliverRequest(Strict):
+class RedeliverRequest(Body):
     force: bool = Field(False, description="send a row that was already sent again")
 
 
