@@ -230,6 +230,9 @@ NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS = env_float("NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_
 NEXOPOLL_METRICS = env_bool("NEXOPOLL_METRICS", True)
 NEXOPOLL_METRICS_TOKEN = env_secret("NEXOPOLL_METRICS_TOKEN", "")
 NEXOPOLL_API_RATE_PER_MIN = env_int("NEXOPOLL_API_RATE_PER_MIN", 600)
+# how long the API's run/dry-run and the admin's dry run wait for the worker before
+# answering "still running" (202 + status URL); keep it under gunicorn's 30 s timeout
+NEXOPOLL_RUN_WAIT_SECS = env_float("NEXOPOLL_RUN_WAIT_SECS", 20.0)
 NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 
 # --- Celery -------------------------------------------------------------------

@@ -21,6 +21,7 @@ CODES = {
     422: "invalid",
     429: "rate_limited",
     500: "internal_error",
+    503: "unavailable",
 }
 
 

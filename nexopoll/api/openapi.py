@@ -21,8 +21,12 @@ ERRORS = {
     403: "Not allowed: missing permission, not staff, or failed CSRF check (sessions)",
     404: "No such job or delivery",
     409: "Conflict with the current state (a paused job, a row being sent)",
+    413: "Request body too large",
     422: "The body does not fit the schema, or pollers.yaml was refused",
     429: "Rate limit reached (see Retry-After)",
+    500: "The server failed (never for bad input)",
+    502: "The run failed on the worker (run_failed)",
+    503: "The run could not be queued (the broker is unreachable)",
 }
 
 
@@ -116,8 +120,10 @@ def build(routes: list[Route]) -> dict[str, Any]:
         "info": {
             "title": "nexopoll API",
             "version": "1",
-            "description": "Inspect and control poll jobs and the outbox. Errors are "
-            '`{"error": {"code", "message"}}`.',
+            "description": "Inspect and control poll jobs and the outbox. Every answer is "
+            'JSON; errors are `{"error": {"code", "message", "details"}}`. Runs and dry runs '
+            "tick on a worker: the result when it comes within NEXOPOLL_RUN_WAIT_SECS, "
+            "otherwise 202 with a status_url to poll.",
         },
         "paths": paths,
         "components": {

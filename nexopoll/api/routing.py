@@ -186,6 +186,9 @@ def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
                 raise mapped from None
         except ApiError as exc:
             return exc.response()
-        return JsonResponse(result.model_dump(mode="json"), status=status)
+        response = JsonResponse(result.model_dump(mode="json"), status=status)
+        if status == 202 and getattr(result, "status_url", None):
+            response["Location"] = result.status_url  # type: ignore[attr-defined]
+        return response
 
     return view

@@ -52,7 +52,8 @@ QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 # --- errors --------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     code: str = Field(description="bad_request, unauthorized, forbidden, csrf_failed, "
-                      "not_found, conflict, invalid, rate_limited")  # fmt: skip
+                      "not_found, method_not_allowed, conflict, too_large, invalid, "
+                      "rate_limited, internal_error, run_failed, unavailable")  # fmt: skip
     message: str
     details: Any = None
 
@@ -110,7 +111,10 @@ class JobPage(BaseModel):
 
 
 class RunRequest(Body):
-    wait: bool = Field(True, description="false: queue the tick on a worker (202)")
+    wait: bool = Field(
+        True, description="true: wait for the worker up to NEXOPOLL_RUN_WAIT_SECS (then 202); "
+        "false: answer 202 at once",
+    )  # fmt: skip
     force: bool = Field(False, description="tick a paused job anyway")
 
 
@@ -137,8 +141,23 @@ class TickResult(BaseModel):
 
 
 class Enqueued(BaseModel):
+    """Queued, or still running on a worker: poll status_url for the result"""
+
     job_id: str
     task_id: str
+    status_url: str = Field(description="GET it for the run's state and, once done, its result")
+
+
+class RunState(BaseModel):
+    """A run's state; its result once done"""
+
+    job_id: str
+    task_id: str
+    state: Literal["queued", "running", "done", "failed"] = Field(
+        description="failed: the worker could not tick it (error says why)"
+    )
+    result: TickResult | None = Field(None, description="the tick's result, once done")
+    error: str | None = None
 
 
 class ResetRequest(Body):

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from tests.runtime.conftest import Config, scripted
+from tests.support.worker import start_worker  # noqa: F401  (a fixture)
 
 TOKEN = "api-test-token-7f3a9c"
 
