@@ -65,7 +65,9 @@ def staff(username: str, *perms: str) -> User:
 
 @pytest.fixture
 def settings_(settings):
-    """Settings for a live server run: the API token, no practical rate limit."""
+    """Settings for a live server run: the API token, no practical rate limit, and runs
+    that answer 202 after a short wait (no worker is running)."""
     settings.NEXOPOLL_API_TOKEN = TOKEN
     settings.NEXOPOLL_API_RATE_PER_MIN = 100_000
+    settings.NEXOPOLL_RUN_WAIT_SECS = 0.2
     return settings
