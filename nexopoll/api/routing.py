@@ -27,6 +27,8 @@ from .schemas import JOB_ID_PATTERN, UUID_PATTERN
 
 PATH_PARAMS = {"job_id": JOB_ID_PATTERN, "delivery_id": UUID_PATTERN, "task_id": UUID_PATTERN}
 REFUSED_TEXT = re.compile("[\x00\ud800-\udfff]")
+#: Django decodes a query string's invalid UTF-8 as U+FFFD: refused like the rest
+REFUSED_QUERY = re.compile("[\x00\ud800-\udfff\ufffd]")
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def parse_query(request: HttpRequest, model: type[BaseModel] | None) -> BaseMode
         values = request.GET.getlist(key)
         if len(values) > 1:
             raise ApiError(400, f"query parameter {key[:100]!r} given more than once")
-        if REFUSED_TEXT.search(key) or REFUSED_TEXT.search(values[0]):
+        if REFUSED_QUERY.search(key) or REFUSED_QUERY.search(values[0]):
             raise ApiError(400, f"query parameter {key[:100]!r}: NUL or invalid unicode")
         data[key] = values[0]
     if model is None:
