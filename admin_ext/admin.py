@@ -8,6 +8,9 @@ verbs) and is written to Django's admin log.
 
 from __future__ import annotations
 
+import time
+
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponseRedirect
@@ -16,7 +19,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nexopoll import operations, services
+from nexopoll import operations, runs, services
 from nexopoll.models import Delivery, PollState
 
 from . import display
@@ -279,12 +282,6 @@ class JobAdmin(RuntimeOwnedAdmin):
 def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
     """Dry runs on workers (never in the web process), waited for together up to
     ``NEXOPOLL_RUN_WAIT_SECS``; one still going is shown as running, with its status URL."""
-    import time
-
-    from django.conf import settings
-
-    from nexopoll import runs
-
     tasks: dict[str, str] = {}
     out: dict[str, dict] = {}
     for job_id in job_ids:
