@@ -179,3 +179,19 @@ def test_unauthenticated_bad_input_is_still_json(jobs):
     api_error(c.generic("POST", "/api/pollers/alpha/reset", b"[" * 30_000,
                         content_type="application/json"), 400, 401)  # fmt: skip
     api_error(c.post("/api/nothing", {"a": 1}), 404)
+
+
+def test_an_error_page_django_renders_itself_is_json_under_api(client):
+    """A bad Host header fails in Django's own middleware (DisallowedHost, an HTML 400
+    page elsewhere): under /api/ it is the JSON envelope."""
+    r = client.get("/api/pollers", HTTP_HOST="evil.example", **AUTH)
+    api_error(r, 400)
+    page = client.get("/healthz", HTTP_HOST="evil.example")
+    assert page.status_code == 400 and not page["Content-Type"].startswith("application/json")
+
+
+def test_huge_query_strings_are_json_400(client):
+    many = "&".join(f"f{i}=1" for i in range(2000))  # past DATA_UPLOAD_MAX_NUMBER_FIELDS
+    api_error(client.get(f"/api/pollers?{many}", **AUTH), 400)
+    api_error(client.get("/api/pollers?kind=" + "k" * 100_000, **AUTH), 400)
+    api_error(client.get("/api/deliveries?after=" + "%00" * 10_000, **AUTH), 400)
