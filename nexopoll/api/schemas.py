@@ -10,6 +10,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 JOB_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 MAX_PAGE = 500
+#: query text: no NUL (PostgreSQL refuses it) and no U+FFFD (what Django makes of invalid UTF-8)
+QUERY_TEXT = "^[^\\x00\\ufffd]*$"
 
 
 class Strict(BaseModel):
@@ -64,16 +66,21 @@ class ErrorBody(BaseModel):
 
 # --- jobs --------------------------------------------------------------------------
 class JobQuery(Strict):
-    kind: str | None = Field(None, max_length=64, description="only jobs of this kind")
-    agent: str | None = Field(None, max_length=100, description="only jobs of this agent")
+    kind: str | None = Field(
+        None, max_length=64, pattern=QUERY_TEXT, description="only jobs of this kind"
+    )
+    agent: str | None = Field(
+        None, max_length=100, pattern=QUERY_TEXT, description="only jobs of this agent"
+    )
     status: Literal["ok", "transient", "permanent", "skipped", "never"] | None = Field(
         None, description="last tick's outcome (never: not ticked yet)"
     )
     paused: QueryBool | None = Field(None, description="true or false")
     limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
-        None, max_length=100, description="the previous page's next_after (job ids ascend)"
-    )
+        None, max_length=100, pattern=QUERY_TEXT,
+        description="the previous page's next_after (job ids ascend)",
+    )  # fmt: skip
 
 
 class Job(BaseModel):
@@ -191,7 +198,7 @@ class ReloadPlan(BaseModel):
 # --- the outbox --------------------------------------------------------------------
 class DeliveryQuery(Strict):
     status: Literal["pending", "held", "dead", "sent"] | None = None
-    job_id: str | None = Field(None, max_length=100)
+    job_id: str | None = Field(None, max_length=100, pattern=QUERY_TEXT)
     limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
         None, pattern=UUID_PATTERN, description="the previous page's next_after (newest first)"
