@@ -144,7 +144,8 @@ def status(job_id: str, task_id: str) -> RunStatus | None:
 
     backend_value = _stored_value(task_id) if row.status in states.READY_STATES else None
     outcome = _outcome(row.status, backend_value)
-    return RunStatus(job_id, task_id, "done" if outcome["outcome"] == "done" else "failed", outcome)
+    done = outcome.get("outcome", "done") == "done"  # no outcome: stored by an older version
+    return RunStatus(job_id, task_id, "done" if done else "failed", outcome)
 
 
 def _stored_value(task_id: str) -> Any:

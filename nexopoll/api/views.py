@@ -84,6 +84,9 @@ def _enqueued(job_id: str, task_id: str) -> Enqueued:
 def _tick(job_id: str, outcome: dict[str, Any]) -> TickResult:
     """A finished run's result, or the API error it amounts to."""
     kind = outcome.get("outcome")
+    if kind is None and "status" in outcome:  # a run stored before runs kept their tick
+        keys = ("status", "error", "items_seen", "items_dispatched", "committed")
+        return TickResult(job_id=job_id, **{k: outcome[k] for k in keys if k in outcome})
     if kind == "paused":
         raise ApiError(409, str(outcome.get("error", "")))
     if kind == "unknown_job":

@@ -105,3 +105,21 @@ def test_a_run_status_url_of_nothing_is_a_json_404_or_400(api, jobs):
     error(api.get("/api/pollers/alpha/runs/not-a-task"), 400)
     error(api.get("/api/pollers/nope/runs/0b6e2a52-3c0a-4c6e-9d57-1f8e2f6f6c11"), 404)
     error(api.post("/api/pollers/alpha/runs/0b6e2a52-3c0a-4c6e-9d57-1f8e2f6f6c11"), 405)
+
+
+def test_a_run_stored_before_the_upgrade_reads_as_done(api, jobs):
+    """Results of ``nexopoll.run_now`` kept from before runs stored their whole tick."""
+    from django.utils import timezone
+    from django_celery_results.models import TaskResult
+
+    TaskResult.objects.create(
+        task_id="5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11", task_name="nexopoll.run_now",
+        periodic_task_name="alpha", status="SUCCESS", content_type="application/json",
+        content_encoding="utf-8", date_done=timezone.now(),
+        result=json.dumps({"status": "ok", "items_seen": 2, "items_dispatched": 2, "error": "",
+                           "deliveries": 2, "committed": True}),
+    )  # fmt: skip
+    body = api.get("/api/pollers/alpha/runs/5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11").json()
+    assert body["state"] == "done" and body["result"]["committed"]
+    assert body["result"]["items_dispatched"] == 2
+    error(api.get("/api/pollers/beta/runs/5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11"), 404)
