@@ -80,11 +80,14 @@ def from_exception(exc: BaseException) -> ApiError:
         TooManyFieldsSent,
     )
     from django.http import Http404
+    from django.http.request import RawPostDataException
 
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, RequestDataTooBig):
         return ApiError(413, f"request body too large: the API takes at most {MAX_BODY} bytes")
+    if isinstance(exc, RawPostDataException):
+        return ApiError(400, "the request body could not be read as JSON")
     if isinstance(exc, TooManyFieldsSent):
         return ApiError(400, "too many query or form fields")
     if isinstance(exc, RecursionError):

@@ -112,8 +112,9 @@ def _check_text(data: Any) -> None:
             raise ApiError(400, "malformed JSON: a string holds a NUL or a lone surrogate")
 
 
-def parse_body(request: HttpRequest, model: type[BaseModel] | None) -> BaseModel | None:
-    raw = read_body(request)
+def parse_body(
+    request: HttpRequest, model: type[BaseModel] | None, raw: bytes
+) -> BaseModel | None:
     if model is None:
         return None
     data: Any = {}
@@ -161,6 +162,9 @@ def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
                     405, f"{request.method} is not allowed here",
                     headers={"Allow": ", ".join(sorted(by_method))},
                 )  # fmt: skip
+            # read (and size-check) the body first: the CSRF check may parse a form body,
+            # which would consume the stream before the body could be read as JSON
+            raw = read_body(request)
             try:
                 principal = auth.authenticate(request, unsafe=route.method != "GET")
             except ApiError as exc:
@@ -171,7 +175,7 @@ def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
             principal.require(route.perm)
             check_params(kwargs)
             query = parse_query(request, route.query)
-            body = parse_body(request, route.body)
+            body = parse_body(request, route.body, raw)
             args: dict[str, Any] = dict(kwargs)
             if query is not None:
                 args["query"] = query

@@ -123,3 +123,29 @@ def test_a_run_stored_before_the_upgrade_reads_as_done(api, jobs):
     assert body["state"] == "done" and body["result"]["committed"]
     assert body["result"]["items_dispatched"] == 2
     error(api.get("/api/pollers/beta/runs/5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11"), 404)
+
+
+def test_runs_keep_auth_csrf_and_permissions(api, jobs, redis_client, settings):
+    from django.test import Client
+
+    from .conftest import staff
+    from .test_auth import csrf_cookie
+
+    settings.NEXOPOLL_RUN_WAIT_SECS = 0.1
+    queued = api.post("/api/pollers/alpha/run", {"wait": False}).json()["status_url"]
+    assert redis_client.llen("nexopoll") == 1
+    error(Client().get(queued), 401)
+    error(Client().post("/api/pollers/alpha/dry-run"), 401)
+    viewer = Client(enforce_csrf_checks=True)
+    viewer.force_login(staff("viewer", "admin_ext.view_job"))
+    assert "operate_job" in error(viewer.get(queued), 403)
+    token = csrf_cookie(viewer)
+    error(viewer.post("/api/pollers/alpha/dry-run", HTTP_X_CSRFTOKEN=token), 403)
+    op = Client(enforce_csrf_checks=True)
+    op.force_login(staff("op", "admin_ext.view_job", "admin_ext.operate_job"))
+    error(op.post("/api/pollers/alpha/dry-run"), 403, "csrf_failed")  # no CSRF token
+    assert redis_client.llen("nexopoll") == 1  # nothing more was queued
+    assert op.get(queued).json()["state"] == "queued"
+    token = csrf_cookie(op)
+    r = op.post("/api/pollers/alpha/dry-run", HTTP_X_CSRFTOKEN=token)
+    assert r.status_code == 202 and redis_client.llen("nexopoll") == 2
