@@ -219,3 +219,14 @@ def test_a_session_form_body_is_json_4xx_not_a_500(jobs, path):
         api_error(r, 400)
     if not path.endswith("/pause"):
         assert snapshot() == before
+
+
+@pytest.mark.parametrize("length", ["-1", "abc", "1e3", " 12", "99999999999999999999999"])
+def test_odd_content_lengths_are_json_answers(client, length):
+    r = client.generic("POST", "/api/pollers/alpha/reset", b'{"confirm": true}',
+                       content_type="application/json", CONTENT_LENGTH=length, **AUTH)  # fmt: skip
+    assert r["Content-Type"].startswith("application/json") and r.status_code < 500
+
+
+def test_a_4300_digit_number_is_a_json_400(client):
+    api_error(post(client, "/api/pollers/alpha/run", b'{"force": ' + b"9" * 5000 + b"}"), 400)
