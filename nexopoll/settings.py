@@ -38,6 +38,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # every answer under /api/ is JSON, errors raised anywhere below included
+    "nexopoll.api.middleware.ApiJsonMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # static files (the admin's CSS) served by the web process itself, DEBUG on or off
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -232,6 +234,9 @@ NEXOPOLL_METRICS_TOKEN = env_secret("NEXOPOLL_METRICS_TOKEN", "")
 NEXOPOLL_METRICS_MAX_LABEL_VALUES = env_int("NEXOPOLL_METRICS_MAX_LABEL_VALUES", 100)
 NEXOPOLL_METRICS_MAX_SERIES_PER_JOB = env_int("NEXOPOLL_METRICS_MAX_SERIES_PER_JOB", 500)
 NEXOPOLL_API_RATE_PER_MIN = env_int("NEXOPOLL_API_RATE_PER_MIN", 600)
+# how long the API's run/dry-run and the admin's dry run wait for the worker before
+# answering "still running" (202 + status URL); keep it under gunicorn's 30 s timeout
+NEXOPOLL_RUN_WAIT_SECS = env_float("NEXOPOLL_RUN_WAIT_SECS", 20.0)
 NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 
 # --- Celery -------------------------------------------------------------------

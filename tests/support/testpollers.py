@@ -11,7 +11,9 @@ after fetching (before the runtime commits), announcing itself in
 is deleted. A stopped tick reads ``test:mode:<job>`` again when let go (``transient``:
 it fails then, a failing tick in flight). Each name in ``test:metric:<job>`` is counted
 with ``host.metric_inc`` (``source="scripted"``; an entry ``{"name": …, "labels": {…}}``
-brings its own labels); the ``scripted_peek`` custom tool counts the source items.
+brings its own labels); the ``scripted_peek`` custom tool counts the source items;
+``scripted_sample`` (a schema without ``additionalProperties``) lists its first ``count``
+items, or raises ``test:tool_raise:<job>``'s text as a TransientError (a source's error).
 
 Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
 tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error whose text
@@ -106,8 +108,32 @@ class ScriptedPoller(Poller):
                     "additionalProperties": False,
                 },
                 handler=self.peek,
-            )
+            ),
+            ToolSpec(
+                name="scripted_sample",
+                description="The first items of a scripted job's source (test tool).",
+                parameters={  # no additionalProperties: the dispatcher closes it anyway
+                    "type": "object",
+                    "properties": {
+                        "job_id": {"type": "string"},
+                        "count": {"type": "integer", "minimum": 1, "maximum": 10},
+                        "newest": {"type": "boolean"},
+                    },
+                    "required": ["job_id"],
+                },
+                handler=self.sample,
+            ),
         ]
+
+    def sample(self, args: dict[str, Any]) -> dict[str, Any]:
+        r = _client()
+        failure = r.get(f"test:tool_raise:{args['job_id']}")
+        if failure is not None:
+            raise TransientError(failure)
+        items = r.lrange(f"test:src:{args['job_id']}", 0, -1)
+        if args.get("newest") is True:
+            items.reverse()
+        return {"items": items[: args.get("count", 3)]}  # a float count: TypeError
 
     def peek(self, args: dict[str, Any]) -> dict[str, Any]:
         """Echoes the job's expanded config: the dispatcher must mask its secrets."""
