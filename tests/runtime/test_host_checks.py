@@ -190,3 +190,25 @@ def test_builtin_log_lines_are_escaped_to_one_line(kinds, caplog):
     assert state.last_status == "ok"
     (line,) = [r.getMessage() for r in caplog.records if "poller.log" in r.getMessage()]
     assert "\n" not in line and "\r" not in line and "one\\nFORGED line" in line
+
+
+SDK_PLUGIN = """
+from datetime import datetime
+from nexopoll.plugin_sdk import Result, run
+
+def handle(tick):
+    tick.deliver("log", "ops", {"text": "x", "meta": {"when": datetime(2026, 1, 1)}})
+    return Result(next_cursor=b"1")
+
+run(handle)
+"""
+
+
+def test_sdk_plugin_payload_that_is_not_json_pauses_the_job_naming_the_field(kinds, tmp_path):
+    script = tmp_path / "sdk_bad.py"
+    script.write_text(SDK_PLUGIN)
+    write_plugin(tmp_path / "plugins", "sdkbad", ["sdk_bad"], lifecycle="ephemeral",
+                 args=[str(script)])  # fmt: skip
+    reset_registry()
+    state = run(kinds, "sdk_bad", {})
+    assert_paused_nothing_committed(state, "payload.meta.when: datetime is not JSON")
