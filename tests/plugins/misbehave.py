@@ -201,14 +201,20 @@ def tick(msg):
 
 
 def daemonize(pidfile):
+    """Start the daemon; return once its pid is in ``pidfile``."""
+    ready_r, ready_w = os.pipe()
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:  # the daemon: keeps stdin/stdout/stderr, outlives its parents
             with open(pidfile, "a") as f:
                 f.write(f"{os.getpid()}\n")
+            os.write(ready_w, b"x")
             time.sleep(600)
             os._exit(0)
         os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
 
 
 def ancestors():
