@@ -214,11 +214,11 @@ def test_58_setsid_daemons_holding_the_pipes_are_reaped_over_50_ticks(plugin, li
         p.tick(make_ctx("misbehave", cfg))
         took.append(time.monotonic() - started)
     assert threading.active_count() <= threads, threading.enumerate()
-    assert _fds() <= fds
+    assert _fds() <= fds + 4  # a leak is several per tick; Redis may open a connection
     # each tick used to wait ~4 s on the pipes' EOF; none does now, and none slows down
     # (bounds loose for a busy 2-core machine)
     assert max(took) < 3, f"slowest tick {max(took):.2f}s"
-    assert sum(took[-10:]) < 2 * sum(took[:10]) + 2, took
+    assert sum(took[-10:]) < 2 * sum(took[:10]) + 3, took
     if lifecycle == "ephemeral":  # each tick's tree is reaped when its plugin exits
         wait_for(lambda: len(_daemons(pidfile)) == 51, 5, what="every tick's daemon")
         wait_for(lambda: all(gone(d) for d in _daemons(pidfile)), 5, what="daemons reaped")
