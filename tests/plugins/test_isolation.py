@@ -30,7 +30,7 @@ from nexopoll.core.errors import TransientError
 from nexopoll.hardening import is_dumpable
 from nexopoll.plugins import poller as plugin_poller
 from nexopoll.plugins.poller import Options
-from nexopoll.plugins.process import Limits
+from nexopoll.plugins.process import Limits, privilege_args
 from nexopoll.plugins.session import PluginTimeout
 from tests.support.procs import wait_for
 
@@ -261,3 +261,27 @@ def test_58_no_wait_on_pipe_eof_when_the_launcher_itself_is_killed(plugin, tmp_p
                 psutil.Process(d).kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+# -- the launcher's options and failures --------------------------------------------------
+def test_plugin_user_options():
+    assert privilege_args("", euid=0) == ["--no-caps"]  # root: no capabilities
+    assert privilege_args("", euid=1000) == []  # a plain user: itself
+    assert privilege_args("nobody", euid=0) == ["--uid", "65534", "--gid", "65534"]
+    assert privilege_args("65534", euid=0) == ["--uid", "65534", "--gid", "65534"]
+    assert privilege_args("root", euid=0) == ["--no-caps"]  # never full root
+    with pytest.raises(TransientError, match="not root, so it cannot start plugins as"):
+        privilege_args("nobody", euid=1000)
+    with pytest.raises(TransientError, match="no such user"):
+        privilege_args("no-such-user-here", euid=0)
+
+
+def test_a_plugin_that_cannot_be_executed_fails_with_the_reason(plugin, tmp_path):
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    with pytest.raises(TransientError, match="not found"):
+        plugin(lifecycle="ephemeral", command="/no/such/program").tick(make_ctx("misbehave"))
+    p = plugin(lifecycle="ephemeral", command=str(script), args=[], plugin_id="noexec")
+    with pytest.raises(TransientError, match=r"cannot start plugin .*Permission denied"):
+        p.tick(make_ctx("misbehave"))
