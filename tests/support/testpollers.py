@@ -11,8 +11,8 @@ after fetching (before the runtime commits), announcing itself in
 is deleted. ``test:raw_recipient:<job>`` puts that recipient in the outbox past the
 host's checks (a value only the DB refuses). A stopped tick reads ``test:mode:<job>``
 again when let go (``transient``: it fails then, a failing tick in flight). Each name in
-``test:metric:<job>`` is counted with ``host.metric_inc`` (``source="scripted"``; an entry ``{"name": …, "labels": {…}}``
-brings its own labels); the ``scripted_peek`` custom tool counts the source items;
+``test:metric:<job>`` is counted with ``host.metric_inc`` (``source="scripted"``; an
+entry ``{"name": …, "labels": {…}}`` brings its own labels); the ``scripted_peek`` custom tool counts the source items;
 ``scripted_sample`` (a schema without ``additionalProperties``) lists its first ``count``
 items, or raises ``test:tool_raise:<job>``'s text as a TransientError (a source's error).
 
