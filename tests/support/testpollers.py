@@ -12,8 +12,8 @@ is deleted. ``test:raw_recipient:<job>`` puts that recipient in the outbox past 
 host's checks (a value only the DB refuses). A stopped tick reads ``test:mode:<job>``
 again when let go (``transient``: it fails then, a failing tick in flight). Each name in
 ``test:metric:<job>`` is counted with ``host.metric_inc`` (``source="scripted"``; an
-entry ``{"name": …, "labels": {…}}`` brings its own labels); the ``scripted_peek`` custom tool counts the source items;
-``scripted_sample`` (a schema without ``additionalProperties``) lists its first ``count``
+entry ``{"name": …, "labels": {…}}`` brings its own labels); the ``scripted_peek``
+custom tool counts the source items; ``scripted_sample`` (a schema without ``additionalProperties``) lists its first ``count``
 items, or raises ``test:tool_raise:<job>``'s text as a TransientError (a source's error).
 
 Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
