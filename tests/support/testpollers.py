@@ -13,8 +13,9 @@ host's checks (a value only the DB refuses). A stopped tick reads ``test:mode:<j
 again when let go (``transient``: it fails then, a failing tick in flight). Each name in
 ``test:metric:<job>`` is counted with ``host.metric_inc`` (``source="scripted"``; an
 entry ``{"name": …, "labels": {…}}`` brings its own labels); the ``scripted_peek``
-custom tool counts the source items; ``scripted_sample`` (a schema without ``additionalProperties``) lists its first ``count``
-items, or raises ``test:tool_raise:<job>``'s text as a TransientError (a source's error).
+custom tool counts the source items; ``scripted_sample`` (a schema without
+``additionalProperties``) lists its first ``count`` items, or raises
+``test:tool_raise:<job>``'s text as a TransientError (a source's error).
 
 Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
 tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error whose text
