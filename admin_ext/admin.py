@@ -8,6 +8,9 @@ verbs) and is written to Django's admin log.
 
 from __future__ import annotations
 
+import time
+
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponseRedirect
@@ -16,7 +19,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nexopoll import operations, services
+from nexopoll import operations, runs, services
 from nexopoll.models import Delivery, PollState
 
 from . import display
@@ -175,7 +178,8 @@ class JobAdmin(RuntimeOwnedAdmin):
     @admin.action(description="Dry run selected jobs (commits nothing)", permissions=["operate"])
     def dry_run(self, request, queryset):  # type: ignore[no-untyped-def]
         jobs = list(queryset[:10])
-        results = [(job, _dry(job.job_id)) for job in jobs]
+        results = _dry_runs([job.job_id for job in jobs])
+        results = [(job, results[job.job_id]) for job in jobs]
         return TemplateResponse(
             request,
             "admin_ext/dry_run.html",
@@ -275,14 +279,36 @@ class JobAdmin(RuntimeOwnedAdmin):
         )  # fmt: skip
 
 
-def _dry(job_id: str) -> dict:
-    try:
-        report = services.run_job(job_id, now=timezone.now(), dry_run=True)
-    except Exception as exc:  # shown on the page, like the CLI prints it
-        return {"error": str(exc)}
-    fmt, cursor = operations.cursor_pretty(report.next_cursor)
+def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
+    """Dry runs on workers (never in the web process), waited for together up to
+    ``NEXOPOLL_RUN_WAIT_SECS``; one still going is shown as running, with its status URL."""
+    tasks: dict[str, str] = {}
+    out: dict[str, dict] = {}
+    for job_id in job_ids:
+        try:
+            tasks[job_id] = runs.start(job_id, dry_run=True)
+        except Exception as exc:  # shown on the page, like the CLI prints it
+            out[job_id] = {"error": str(exc)}
+    deadline = time.monotonic() + settings.NEXOPOLL_RUN_WAIT_SECS
+    for job_id, task_id in tasks.items():
+        outcome = runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
+        if outcome is None:
+            url = reverse("admin:admin_ext_job_change", args=[job_id])
+            out[job_id] = {"running": True, "task_id": task_id, "job_url": url,
+                           "status_url": f"/api/pollers/{job_id}/runs/{task_id}"}  # fmt: skip
+        else:
+            out[job_id] = _dry_view(outcome)
+    return out
+
+
+def _dry_view(outcome: dict) -> dict:
+    tick = outcome.get("tick")
+    if not isinstance(tick, dict):
+        return {"status": outcome.get("status"), "error": outcome.get("error") or "failed"}
+    text = tick.get("next_cursor")
+    fmt, cursor = operations.cursor_pretty(None if text is None else str(text).encode())
     return {
-        "status": report.status, "error": report.error, "deliveries": report.deliveries,
-        "cursor_format": fmt, "cursor_text": cursor, "items_seen": report.items_seen,
-        "cursor_unchanged": report.next_cursor is None,
+        "status": tick["status"], "error": tick["error"], "deliveries": tick["deliveries"],
+        "cursor_format": fmt, "cursor_text": cursor, "items_seen": tick["items_seen"],
+        "cursor_unchanged": text is None,
     }  # fmt: skip

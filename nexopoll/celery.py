@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
@@ -62,3 +62,14 @@ app.conf.update(
     }
 )
 app.autodiscover_tasks(["nexopoll"])
+
+
+def _harden(**_: object) -> None:
+    from .hardening import make_undumpable
+
+    make_undumpable()  # a plugin cannot read the worker's or beat's environment or memory
+
+
+# The worker (main and each pool child) and beat, before any task or schedule runs.
+for _signal in (signals.worker_init, signals.worker_process_init, signals.beat_init):
+    _signal.connect(_harden, weak=False)

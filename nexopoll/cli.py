@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
     from django.core.management import execute_from_command_line
 
+    from nexopoll.hardening import make_undumpable
+
+    make_undumpable()  # plugins and other same-uid processes cannot read our environment
+
     args = list(sys.argv[1:] if argv is None else argv)
     execute_from_command_line(command_line(args))
 

@@ -16,6 +16,11 @@ import re
 import sys
 
 _PAIR = re.compile(r"[^:,\s]+:[^,\s]+")
+# ``celery`` in a non-dumpable process: a plugin cannot read Flower's environment
+_CELERY = (
+    "from nexopoll.hardening import make_undumpable; make_undumpable(); "
+    "from celery.__main__ import main; main()"
+)
 
 
 def flower_command(env: dict[str, str], extra: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -32,7 +37,7 @@ def flower_command(env: dict[str, str], extra: list[str]) -> tuple[list[str], di
             "(or NEXOPOLL_FLOWER_INSECURE=1 to run it without authentication)"
         )
     cmd = [
-        sys.executable, "-m", "celery", "-A", "nexopoll", "flower",
+        sys.executable, "-c", _CELERY, "-A", "nexopoll", "flower",
         f"--address={env.get('NEXOPOLL_FLOWER_ADDRESS', '127.0.0.1')}",
         f"--port={env.get('NEXOPOLL_FLOWER_PORT', '5555')}",
         "--max_tasks=10000", "--purge_offline_workers=60", *extra,

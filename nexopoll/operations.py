@@ -108,14 +108,11 @@ def rewind_job(job_id: str, *, tick: int, actor: str = "operator") -> Rewound:
 
 # --- run now through Celery --------------------------------------------------------
 def run_now_async(job_id: str) -> str:
-    """Enqueue a manual tick (``nexopoll.run_now``); its outcome is stored by
-    django-celery-results under the job id. Returns the task id."""
-    from .celery import app
+    """Enqueue a manual tick (``nexopoll.run_now``, see :mod:`nexopoll.runs`); its outcome
+    is stored by django-celery-results under the job id. Returns the task id."""
+    from .runs import start
 
-    require_job(job_id)
-    result = app.send_task(RUN_NOW_TASK, args=[job_id], headers={"periodic_task_name": job_id})
-    log.info("job.run_now_enqueued job=%s task=%s", job_id, result.id)
-    return result.id
+    return start(job_id)
 
 
 def run_now_results(job_id: str, limit: int = 10) -> list[Any]:

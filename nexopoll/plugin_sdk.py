@@ -126,6 +126,15 @@ class Tick:
         self._conn = conn
 
     def deliver(self, channel: str, to: str, payload: dict[str, Any]) -> None:
+        """Raises ConfigError naming the first value that is not JSON
+        (``payload.when: datetime is not JSON``), HostError if nexopoll refuses it."""
+        from nexopoll.core.errors import ConfigError as CoreConfigError
+        from nexopoll.core.hostcheck import check_json
+
+        try:
+            check_json(payload)
+        except CoreConfigError as exc:
+            raise ConfigError(str(exc)) from None
         self._conn.call(
             "deliver", {"tick_id": self.tick_id, "channel": channel, "to": to, "payload": payload}
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 from .env import env_bool, env_float, env_int, env_secret, env_str
@@ -38,6 +39,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # every answer under /api/ is JSON, errors raised anywhere below included
+    "nexopoll.api.middleware.ApiJsonMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # static files (the admin's CSS) served by the web process itself, DEBUG on or off
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -161,6 +164,10 @@ NEXOPOLL_API_TOKEN = env_secret("NEXOPOLL_API_TOKEN", "")
 NEXOPOLL_LEASE_MIN_SECS = env_float("NEXOPOLL_LEASE_MIN_SECS", 30.0)
 # Upper bound of one tick's run time (the poller's deadline); never above the lease TTL.
 NEXOPOLL_TICK_TIMEOUT_SECS = env_float("NEXOPOLL_TICK_TIMEOUT_SECS", 120.0)
+# At most this many deliver/publish calls per tick; one more fails the tick (permanent).
+NEXOPOLL_MAX_DELIVERIES_PER_TICK = env_int("NEXOPOLL_MAX_DELIVERIES_PER_TICK", 1000)
+if not 1 <= NEXOPOLL_MAX_DELIVERIES_PER_TICK <= 1_000_000:
+    raise ImproperlyConfigured("NEXOPOLL_MAX_DELIVERIES_PER_TICK must be 1..1000000")
 # Breaker backoff: base doubling up to cap (DESIGN: 30 s → 300 s).
 NEXOPOLL_BREAKER_BASE_SECS = env_float("NEXOPOLL_BREAKER_BASE_SECS", 30.0)
 NEXOPOLL_BREAKER_CAP_SECS = env_float("NEXOPOLL_BREAKER_CAP_SECS", 300.0)
@@ -214,6 +221,8 @@ NEXOPOLL_PLUGIN_MAX_LINE_BYTES = env_int("NEXOPOLL_PLUGIN_MAX_LINE_BYTES", 1 << 
 NEXOPOLL_PLUGIN_ENV_ALLOW = env_str(
     "NEXOPOLL_PLUGIN_ENV_ALLOW", "PATH,HOME,LANG,LC_ALL,LC_CTYPE,TZ,TMPDIR"
 )
+# Plugins run as this user when the worker is root (else as root without capabilities)
+NEXOPOLL_PLUGIN_USER = env_str("NEXOPOLL_PLUGIN_USER", "")
 NEXOPOLL_PLUGIN_RESTART_BASE_SECS = env_float("NEXOPOLL_PLUGIN_RESTART_BASE_SECS", 1.0)
 NEXOPOLL_PLUGIN_RESTART_CAP_SECS = env_float("NEXOPOLL_PLUGIN_RESTART_CAP_SECS", 60.0)
 
@@ -232,6 +241,9 @@ NEXOPOLL_METRICS_TOKEN = env_secret("NEXOPOLL_METRICS_TOKEN", "")
 NEXOPOLL_METRICS_MAX_LABEL_VALUES = env_int("NEXOPOLL_METRICS_MAX_LABEL_VALUES", 100)
 NEXOPOLL_METRICS_MAX_SERIES_PER_JOB = env_int("NEXOPOLL_METRICS_MAX_SERIES_PER_JOB", 500)
 NEXOPOLL_API_RATE_PER_MIN = env_int("NEXOPOLL_API_RATE_PER_MIN", 600)
+# how long the API's run/dry-run and the admin's dry run wait for the worker before
+# answering "still running" (202 + status URL); keep it under gunicorn's 30 s timeout
+NEXOPOLL_RUN_WAIT_SECS = env_float("NEXOPOLL_RUN_WAIT_SECS", 20.0)
 NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 
 # --- Celery -------------------------------------------------------------------

@@ -65,19 +65,11 @@ def sweep_outbox() -> dict[str, int]:
     return outbox.sweep(now=timezone.now())
 
 
-@shared_task(name="nexopoll.run_now", ignore_result=False)
-def run_now(job_id: str) -> dict:
-    """An operator's "run now" (admin, API): a manual tick whose outcome is kept by
-    django-celery-results, where the job's page reads it."""
-    from .services import JobPaused, run_job
+@shared_task(name="nexopoll.run_now", ignore_result=False, track_started=True)
+def run_now(job_id: str, dry_run: bool = False, force: bool = False) -> dict:
+    """An operator's "run now" or dry run (admin, API): a manual tick on a worker, never
+    in the web process. Its outcome (secrets masked) is kept by django-celery-results,
+    where the API's status URL, the admin's job page and its dry-run page read it."""
+    from .runs import outcome_of
 
-    try:
-        report = run_job(job_id, now=timezone.now())
-    except JobPaused as exc:  # a paused job is not ticked by "run now" (resume it first)
-        return {"status": "paused", "items_seen": 0, "items_dispatched": 0, "error": str(exc),
-                "deliveries": 0, "committed": False}  # fmt: skip
-    return {
-        "status": report.status, "items_seen": report.items_seen,
-        "items_dispatched": report.items_dispatched, "error": report.error,
-        "deliveries": len(report.delivery_ids), "committed": report.committed,
-    }  # fmt: skip
+    return outcome_of(job_id, dry_run=dry_run, force=force)

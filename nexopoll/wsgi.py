@@ -10,7 +10,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
 
+from nexopoll.hardening import make_undumpable
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
+make_undumpable()  # plugins and other same-uid processes cannot read our environment
 
 MIN_SECRET_KEY_CHARS = 32
 

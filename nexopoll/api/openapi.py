@@ -10,6 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from .errors import ApiError
 from .routing import PATH_PARAMS, Route
 from .schemas import ErrorBody
 
@@ -20,8 +21,12 @@ ERRORS = {
     403: "Not allowed: missing permission, not staff, or failed CSRF check (sessions)",
     404: "No such job or delivery",
     409: "Conflict with the current state (a paused job, a row being sent)",
+    413: "Request body too large",
     422: "The body does not fit the schema, or pollers.yaml was refused",
     429: "Rate limit reached (see Retry-After)",
+    500: "The server failed (never for bad input)",
+    502: "The run failed on the worker (run_failed)",
+    503: "The run could not be queued (the broker is unreachable)",
 }
 
 
@@ -115,8 +120,10 @@ def build(routes: list[Route]) -> dict[str, Any]:
         "info": {
             "title": "nexopoll API",
             "version": "1",
-            "description": "Inspect and control poll jobs and the outbox. Errors are "
-            '`{"error": {"code", "message"}}`.',
+            "description": "Inspect and control poll jobs and the outbox. Every answer is "
+            'JSON; errors are `{"error": {"code", "message", "details"}}`. Runs and dry runs '
+            "tick on a worker: the result when it comes within NEXOPOLL_RUN_WAIT_SECS, "
+            "otherwise 202 with a status_url to poll.",
         },
         "paths": paths,
         "components": {
@@ -136,4 +143,8 @@ def document() -> dict[str, Any]:
 
 def openapi_view(request: HttpRequest) -> JsonResponse:
     """The schema is public (it holds no data); every endpoint it lists needs credentials."""
+    if request.method not in ("GET", "HEAD"):
+        return ApiError(
+            405, f"{request.method} is not allowed here", headers={"Allow": "GET, HEAD"}
+        ).response()
     return JsonResponse(document(), json_dumps_params={"indent": 1})

@@ -1,7 +1,9 @@
 """The route table's machinery: one Django view per path, validation by the route's models.
 
 Query strings are validated by the route's ``query`` model (a bad one is 400), JSON
-bodies by its ``body`` model (malformed JSON 400, a body that does not fit 422).
+bodies by its ``body`` model (malformed or too deep JSON 400, a body over ``MAX_BODY``
+413, a body that does not fit 422). Text with a NUL or a lone surrogate (which
+PostgreSQL refuses) is a 400 wherever it comes from: path, query or body.
 Handlers get the principal and validated models, and return ``(status, model)``.
 """
 
@@ -13,17 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
 from . import auth
-from .errors import ApiError, from_service
+from .errors import MAX_BODY, ApiError, from_service
 from .schemas import JOB_ID_PATTERN, UUID_PATTERN
 
-PATH_PARAMS = {"job_id": JOB_ID_PATTERN, "delivery_id": UUID_PATTERN}
-MAX_BODY = 64 * 1024
+PATH_PARAMS = {"job_id": JOB_ID_PATTERN, "delivery_id": UUID_PATTERN, "task_id": UUID_PATTERN}
+REFUSED_TEXT = re.compile("[\x00\ud800-\udfff]")
+#: Django decodes a query string's invalid UTF-8 as U+FFFD: refused like the rest
+REFUSED_QUERY = re.compile("[\x00\ud800-\udfff\ufffd]")
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,9 @@ def parse_query(request: HttpRequest, model: type[BaseModel] | None) -> BaseMode
     for key in request.GET:
         values = request.GET.getlist(key)
         if len(values) > 1:
-            raise ApiError(400, f"query parameter {key!r} given more than once")
+            raise ApiError(400, f"query parameter {key[:100]!r} given more than once")
+        if REFUSED_QUERY.search(key) or REFUSED_QUERY.search(values[0]):
+            raise ApiError(400, f"query parameter {key[:100]!r}: NUL or invalid unicode")
         data[key] = values[0]
     if model is None:
         if data:
@@ -71,10 +78,43 @@ def parse_query(request: HttpRequest, model: type[BaseModel] | None) -> BaseMode
         raise ApiError(400, "invalid query parameters", details=_issues(exc)) from None
 
 
-def parse_body(request: HttpRequest, model: type[BaseModel] | None) -> BaseModel | None:
-    raw = request.body[: MAX_BODY + 1]
+def _too_large() -> ApiError:
+    return ApiError(413, f"request body too large: the API takes at most {MAX_BODY} bytes")
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The body, refused (413) past ``MAX_BODY`` before it is read where the length is known."""
+    try:
+        if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_BODY:
+            raise _too_large()
+    except ValueError:
+        raise ApiError(400, "invalid Content-Length") from None
+    try:
+        raw = request.body
+    except RequestDataTooBig:  # over Django's DATA_UPLOAD_MAX_MEMORY_SIZE
+        raise _too_large() from None
     if len(raw) > MAX_BODY:
-        raise ApiError(400, f"request body over {MAX_BODY} bytes")
+        raise _too_large()
+    return raw
+
+
+def _check_text(data: Any) -> None:
+    """Every key and string of decoded JSON, without recursion (the depth is the sender's)."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and REFUSED_TEXT.search(value):
+            raise ApiError(400, "malformed JSON: a string holds a NUL or a lone surrogate")
+
+
+def parse_body(
+    request: HttpRequest, model: type[BaseModel] | None, raw: bytes
+) -> BaseModel | None:
     if model is None:
         return None
     data: Any = {}
@@ -84,8 +124,11 @@ def parse_body(request: HttpRequest, model: type[BaseModel] | None) -> BaseModel
             raise ApiError(400, "the request body must be JSON (Content-Type: application/json)")
         try:
             data = json.loads(raw)
+        except RecursionError:
+            raise ApiError(400, "malformed JSON: nested too deep") from None
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"malformed JSON: {exc}") from None
+            raise ApiError(400, f"malformed JSON: {str(exc)[:200]}") from None
+        _check_text(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -101,7 +144,8 @@ def _summary(exc: ValidationError) -> str:
 def check_params(kwargs: dict[str, str]) -> None:
     for name, value in kwargs.items():
         if not re.fullmatch(PATH_PARAMS[name].strip("^$"), value):
-            raise ApiError(400, f"invalid {name.replace('_', ' ')}: {value[:120]!r}")
+            shown = REFUSED_TEXT.sub("\ufffd", value[:120])
+            raise ApiError(400, f"invalid {name.replace('_', ' ')}: {shown!r}")
 
 
 def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
@@ -118,6 +162,9 @@ def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
                     405, f"{request.method} is not allowed here",
                     headers={"Allow": ", ".join(sorted(by_method))},
                 )  # fmt: skip
+            # read (and size-check) the body first: the CSRF check may parse a form body,
+            # which would consume the stream before the body could be read as JSON
+            raw = read_body(request)
             try:
                 principal = auth.authenticate(request, unsafe=route.method != "GET")
             except ApiError as exc:
@@ -128,7 +175,7 @@ def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
             principal.require(route.perm)
             check_params(kwargs)
             query = parse_query(request, route.query)
-            body = parse_body(request, route.body)
+            body = parse_body(request, route.body, raw)
             args: dict[str, Any] = dict(kwargs)
             if query is not None:
                 args["query"] = query
@@ -145,6 +192,9 @@ def endpoint(routes: list[Route]) -> Callable[..., JsonResponse]:
                 raise mapped from None
         except ApiError as exc:
             return exc.response()
-        return JsonResponse(result.model_dump(mode="json"), status=status)
+        response = JsonResponse(result.model_dump(mode="json"), status=status)
+        if status == 202 and getattr(result, "status_url", None):
+            response["Location"] = result.status_url  # type: ignore[attr-defined]
+        return response
 
     return view

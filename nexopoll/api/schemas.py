@@ -2,23 +2,60 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 JOB_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 MAX_PAGE = 500
+#: query text: no NUL (PostgreSQL refuses it) and no U+FFFD (what Django makes of invalid UTF-8)
+QUERY_TEXT = "^[^\\x00\\ufffd]*$"
 
 
 class Strict(BaseModel):
+    """A query string: unknown parameters refused."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+class Body(BaseModel):
+    """A JSON body: unknown fields refused, and no coercion: a flag is JSON true or false
+    (never 1 or "true"), a number a JSON integer where the schema says integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _query_int(value: Any) -> Any:
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,9}", value):
+        raise ValueError("must be a whole number written in digits (0-9)")
+    return int(value) if isinstance(value, str) else value
+
+
+def _query_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in ("true", "false"):
+            raise ValueError("must be true or false")
+        return value == "true"
+    return value
+
+
+def _json_bool(value: Any) -> Any:
+    if not isinstance(value, bool):  # Literal[True] alone takes 1 and 1.0 (they equal True)
+        raise ValueError("must be JSON true or false")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_query_int)]
+QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 
 
 # --- errors --------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     code: str = Field(description="bad_request, unauthorized, forbidden, csrf_failed, "
-                      "not_found, conflict, invalid, rate_limited")  # fmt: skip
+                      "not_found, method_not_allowed, conflict, too_large, invalid, "
+                      "rate_limited, internal_error, run_failed, unavailable")  # fmt: skip
     message: str
     details: Any = None
 
@@ -29,16 +66,21 @@ class ErrorBody(BaseModel):
 
 # --- jobs --------------------------------------------------------------------------
 class JobQuery(Strict):
-    kind: str | None = Field(None, max_length=64, description="only jobs of this kind")
-    agent: str | None = Field(None, max_length=100, description="only jobs of this agent")
+    kind: str | None = Field(
+        None, max_length=64, pattern=QUERY_TEXT, description="only jobs of this kind"
+    )
+    agent: str | None = Field(
+        None, max_length=100, pattern=QUERY_TEXT, description="only jobs of this agent"
+    )
     status: Literal["ok", "transient", "permanent", "skipped", "never"] | None = Field(
         None, description="last tick's outcome (never: not ticked yet)"
     )
-    paused: bool | None = None
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    paused: QueryBool | None = Field(None, description="true or false")
+    limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
-        None, max_length=100, description="the previous page's next_after (job ids ascend)"
-    )
+        None, max_length=100, pattern=QUERY_TEXT,
+        description="the previous page's next_after (job ids ascend)",
+    )  # fmt: skip
 
 
 class Job(BaseModel):
@@ -75,8 +117,11 @@ class JobPage(BaseModel):
     next_after: str | None = Field(None, description="pass as ?after= for the next page")
 
 
-class RunRequest(Strict):
-    wait: bool = Field(True, description="false: queue the tick on a worker (202)")
+class RunRequest(Body):
+    wait: bool = Field(
+        True, description="true: wait for the worker up to NEXOPOLL_RUN_WAIT_SECS (then 202); "
+        "false: answer 202 at once",
+    )  # fmt: skip
     force: bool = Field(False, description="tick a paused job anyway")
 
 
@@ -103,12 +148,27 @@ class TickResult(BaseModel):
 
 
 class Enqueued(BaseModel):
+    """Queued, or still running on a worker: poll status_url for the result"""
+
     job_id: str
     task_id: str
+    status_url: str = Field(description="GET it for the run's state and, once done, its result")
 
 
-class ResetRequest(Strict):
-    confirm: Literal[True] = Field(
+class RunState(BaseModel):
+    """A run's state; its result once done"""
+
+    job_id: str
+    task_id: str
+    state: Literal["queued", "running", "done", "failed"] = Field(
+        description="failed: the worker could not tick it (error says why)"
+    )
+    result: TickResult | None = Field(None, description="the tick's result, once done")
+    error: str | None = None
+
+
+class ResetRequest(Body):
+    confirm: Annotated[Literal[True], BeforeValidator(_json_bool)] = Field(
         description="must be true: a reset clears the cursor, errors and breaker"
     )
 
@@ -119,7 +179,7 @@ class Done(BaseModel):
     job: Job
 
 
-class ReloadRequest(Strict):
+class ReloadRequest(Body):
     dry_run: bool = False
     strict: bool = False
 
@@ -138,8 +198,8 @@ class ReloadPlan(BaseModel):
 # --- the outbox --------------------------------------------------------------------
 class DeliveryQuery(Strict):
     status: Literal["pending", "held", "dead", "sent"] | None = None
-    job_id: str | None = Field(None, max_length=100)
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    job_id: str | None = Field(None, max_length=100, pattern=QUERY_TEXT)
+    limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
         None, pattern=UUID_PATTERN, description="the previous page's next_after (newest first)"
     )
@@ -165,7 +225,7 @@ class DeliveryPage(BaseModel):
     next_after: str | None = None
 
 
-class RedeliverRequest(Strict):
+class RedeliverRequest(Body):
     force: bool = Field(False, description="send a row that was already sent again")
 
 

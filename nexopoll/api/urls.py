@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
 
 from .errors import ApiError
 from .openapi import openapi_view
@@ -11,6 +12,7 @@ from .routing import endpoint
 from .views import ROUTES
 
 
+@csrf_exempt  # nothing to protect: a 404 whatever the credentials
 def _not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     return ApiError(404, f"no such endpoint: {request.path[:200]}").response()
 
@@ -23,7 +25,7 @@ def _patterns() -> list:
 
 
 urlpatterns = [
-    path("api/openapi.json", openapi_view),
+    path("api/openapi.json", csrf_exempt(openapi_view)),
     *_patterns(),
-    re_path(r"^api/(?P<rest>.*)$", _not_found),
+    re_path(r"^api(?:/(?P<rest>[\s\S]*))?$", _not_found),  # [\s\S]: a newline in it too
 ]

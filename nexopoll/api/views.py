@@ -8,14 +8,13 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel
 
-from nexopoll import operations, services
+from nexopoll import runs, services
 from nexopoll.models import Delivery, PollJob, PollState
 
 from .auth import Principal
 from .errors import ApiError
 from .routing import Route
 from .schemas import (
-    Delivered,
     DeliveryPage,
     DeliveryQuery,
     DeliveryRow,
@@ -31,6 +30,7 @@ from .schemas import (
     ReloadRequest,
     ResetRequest,
     RunRequest,
+    RunState,
     TickResult,
 )
 
@@ -76,33 +76,63 @@ def show_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
     return 200, JobDetail(**_masked(job_id, services.show_job(job_id, now=timezone.now())))
 
 
-def tick_result(report: Any, *, dry_run: bool) -> TickResult:
-    return TickResult(
-        job_id=report.job_id, status=report.status, reason=report.reason, error=report.error,
-        epoch=report.epoch, items_seen=report.items_seen,
-        items_dispatched=report.items_dispatched, committed=report.committed, dry_run=dry_run,
-        next_cursor=services.cursor_text(report.next_cursor),
-        deliveries=[Delivered(channel=d.channel, to=d.recipient, purpose=d.purpose,
-                              payload=d.payload) for d in report.deliveries],
-        delivery_ids=list(report.delivery_ids),
-    )  # fmt: skip
+def _enqueued(job_id: str, task_id: str) -> Enqueued:
+    url = f"/api/pollers/{job_id}/runs/{task_id}"
+    return Enqueued(job_id=job_id, task_id=task_id, status_url=url)
 
 
-def run_job(job_id: str, *, dry_run: bool, force: bool = False) -> Any:
-    """``services.run_job``: a paused job is refused (409) unless ``force``."""
-    return services.run_job(job_id, now=timezone.now(), dry_run=dry_run, force=force)
+def _tick(job_id: str, outcome: dict[str, Any]) -> TickResult:
+    """A finished run's result, or the API error it amounts to."""
+    kind = outcome.get("outcome")
+    if kind is None and "status" in outcome:  # a run stored before runs kept their tick
+        keys = ("status", "error", "items_seen", "items_dispatched", "committed")
+        return TickResult(job_id=job_id, **{k: outcome[k] for k in keys if k in outcome})
+    if kind == "paused":
+        raise ApiError(409, str(outcome.get("error", "")))
+    if kind == "unknown_job":
+        raise ApiError(404, str(outcome.get("error", "")))
+    if kind != "done" or not isinstance(outcome.get("tick"), dict):
+        raise ApiError(502, str(outcome.get("error") or "the run failed on the worker"),
+                       code="run_failed")  # fmt: skip
+    return TickResult(**_masked(job_id, outcome["tick"]))
+
+
+def _run(job_id: str, *, dry_run: bool, force: bool, wait: bool) -> tuple[int, BaseModel]:
+    """On a worker (a poller may outlast the web request): the result when it comes within
+    ``NEXOPOLL_RUN_WAIT_SECS``, otherwise 202 and the run's status URL."""
+    if not dry_run and not force:  # refused at once, not after a trip through the queue
+        state = PollState.objects.filter(job_id=job_id, paused=True).first()
+        if state is not None:
+            raise services.JobPaused(job_id, state.paused_reason)
+    try:
+        task_id = runs.start(job_id, dry_run=dry_run, force=force)
+    except runs.QueueUnavailable as exc:
+        raise ApiError(503, str(exc), headers={"Retry-After": "5"}) from None
+    outcome = runs.wait(task_id) if wait else None
+    if outcome is None:
+        return 202, _enqueued(job_id, task_id)
+    return 200, _tick(job_id, outcome)
 
 
 def run_poller(p: Principal, job_id: str, body: RunRequest) -> tuple[int, BaseModel]:
-    if not body.wait:
-        return 202, Enqueued(job_id=job_id, task_id=operations.run_now_async(job_id))
-    result = tick_result(run_job(job_id, dry_run=False, force=body.force), dry_run=False)
-    return 200, TickResult(**_masked(job_id, result.model_dump()))
+    return _run(job_id, dry_run=False, force=body.force, wait=body.wait)
 
 
 def dry_run_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
-    result = tick_result(run_job(job_id, dry_run=True), dry_run=True)
-    return 200, TickResult(**_masked(job_id, result.model_dump()))
+    return _run(job_id, dry_run=True, force=False, wait=True)
+
+
+def run_status(p: Principal, job_id: str, task_id: str) -> tuple[int, BaseModel]:
+    found = runs.status(job_id, task_id)
+    if found is None:
+        raise ApiError(404, f"no run {task_id} of job {job_id!r}")
+    out = RunState(job_id=job_id, task_id=task_id, state=found.state)  # type: ignore[arg-type]
+    if found.outcome is not None:
+        try:
+            out.result = _tick(job_id, found.outcome)
+        except ApiError as exc:
+            out.state, out.error = "failed", exc.message
+    return 200, out
 
 
 def _done(job_id: str, action: str) -> Done:
@@ -182,10 +212,15 @@ ROUTES = [
           body=ReloadRequest, tags=("pollers",)),
     Route("GET", J, show_poller, "One job with its config, state and cursor", VIEW,
           {200: JobDetail}, tags=("pollers",)),
-    Route("POST", J + "/run", run_poller, "Tick now (bypasses schedule, lease and breaker)",
+    Route("POST", J + "/run", run_poller,
+          "Tick now on a worker (bypasses schedule, lease and breaker); 202 while it runs",
           OPERATE, {200: TickResult, 202: Enqueued}, body=RunRequest, tags=("pollers",)),
-    Route("POST", J + "/dry-run", dry_run_poller, "Run the poller, commit nothing", OPERATE,
-          {200: TickResult}, tags=("pollers",)),
+    Route("POST", J + "/dry-run", dry_run_poller,
+          "Run the poller on a worker, commit nothing; 202 while it runs", OPERATE,
+          {200: TickResult, 202: Enqueued}, tags=("pollers",)),
+    Route("GET", J + "/runs/{task_id}", run_status,
+          "A run's state, and its result once done (the status_url of a 202)", OPERATE,
+          {200: RunState}, tags=("pollers",)),
     Route("POST", J + "/pause", pause_poller, "Stop ticking the job (state kept)", OPERATE,
           {200: Done}, tags=("pollers",)),
     Route("POST", J + "/resume", resume_poller, "Tick again (errors and breaker cleared)",

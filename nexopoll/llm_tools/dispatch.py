@@ -1,11 +1,15 @@
 """``call_tool``: one dispatcher for the built-in tools and every poller's ``custom_tools()``.
 
 Every call is checked in this order: the tool exists; the arguments fit its JSON
-schema (unknown fields, ids with path or control characters: refused); the job is
-the agent's own (unless ``NEXOPOLL_TOOLS_ALL_JOBS``; ``agent=None`` is the operator).
-Outputs are redacted (the values of every ``${VAR}`` the jobs and agents use, and
-the server's own tokens) and wrapped as data: polled content (item titles, errors,
-cursors) is returned inside ``result``, never as instructions.
+schema, strictly (:mod:`.strict`: an integer is a JSON integer, never 2.0 or true; a
+flag is true or false; unknown fields are refused even where a custom tool's schema
+forgets ``additionalProperties``; no NUL, lone surrogate or non-finite number); the
+job is the agent's own (unless ``NEXOPOLL_TOOLS_ALL_JOBS``; ``agent=None`` is the
+operator). Outputs are redacted (the values of every ``${VAR}`` the jobs and agents
+use, and the server's own tokens) and wrapped as data: polled content (item titles,
+errors, cursors) is returned inside ``result``, never as instructions. So is the text
+of an error a source or a poller raised: a failed call's ``message`` is nexopoll's
+own words, the untrusted text is under the error's ``result`` beside the notice.
 """
 
 from __future__ import annotations
@@ -17,8 +21,6 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from nexopoll import services
 from nexopoll.core.errors import ConfigError
@@ -27,6 +29,7 @@ from nexopoll.models import Agent, PollJob, PollState
 from nexopoll.runtime.secretenv import secret_env
 
 from .specs import BUILTIN_SCHEMAS, JOB_ID_PATTERN, Tool
+from .strict import check_arguments
 
 log = logging.getLogger("nexopoll.tools")
 
@@ -42,15 +45,21 @@ Confirm = Callable[[str], bool]
 
 class ToolError(Exception):
     """A call refused cleanly: ``code`` is unknown_tool, invalid_arguments, not_found,
-    conflict or needs_human_confirmation."""
+    conflict, tool_failed or needs_human_confirmation. ``message`` is nexopoll's own
+    words; ``data`` holds untrusted text (a source's error), returned as data."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.data = data
 
     def as_dict(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        out: dict[str, Any] = {"error": {"code": self.code, "message": self.message}}
+        if self.data is not None:
+            out["result"] = self.data
+            out["notice"] = DATA_NOTICE
+        return out
 
 
 # --- scope -------------------------------------------------------------------------
@@ -224,16 +233,9 @@ def all_tools() -> dict[str, Tool]:
 
 # --- the dispatcher ----------------------------------------------------------------
 def _validate(tool: Tool, args: Any) -> dict[str, Any]:
-    if not isinstance(args, dict):
-        raise ToolError("invalid_arguments", "arguments must be a JSON object")
-    try:
-        errors = sorted(Draft202012Validator(tool.parameters).iter_errors(args), key=str)
-    except SchemaError as exc:  # a poller shipped a broken schema
-        raise ToolError("invalid_arguments", f"{tool.name}: unusable schema: {exc.message}")
-    if errors:
-        e = errors[0]
-        where = ".".join(str(p) for p in e.absolute_path) or "arguments"
-        raise ToolError("invalid_arguments", f"{where}: {e.message[:300]}")
+    problem = check_arguments(tool.name, tool.parameters, args)
+    if problem is not None:
+        raise ToolError("invalid_arguments", problem)
     return args
 
 
@@ -258,12 +260,30 @@ def call_tool(
     except ToolError:
         raise
     except services.UnknownJob as exc:
-        raise ToolError("not_found", str(exc))
+        raise ToolError("not_found", str(exc)) from None
     except Exception as exc:
-        if isinstance(exc, services.JobPaused | ConfigError):
-            raise ToolError("conflict", redact(str(exc), secrets_for(_scope_jobs(args, agent))))
-        raise
+        raise _failed(name, exc, secrets_for(_scope_jobs(args, agent))) from None
     return {"tool": name, "result": redact_tree(result, secrets_for(jobs)), "notice": DATA_NOTICE}
+
+
+def _failed(name: str, exc: Exception, secrets: frozenset[str]) -> ToolError:
+    """A call that raised: our words in ``message``; the exception's text (a source's or a
+    poller's, so untrusted) only as data, masked."""
+    text = redact(str(exc)[:2000], secrets)
+    if isinstance(exc, services.JobPaused):
+        return ToolError(
+            "conflict", f"job {exc.job_id!r} is paused: not ticked; resume it first "
+            "(the paused reason is under result)",
+            data={"paused_reason": redact(exc.reason[:2000], secrets)},
+        )  # fmt: skip
+    if isinstance(exc, ConfigError):
+        return ToolError("conflict", f"{name} refused: a configuration error (its text is "
+                         "under result.error)", data={"error": text})  # fmt: skip
+    log.warning("tools.failed tool=%s error=%s", name, type(exc).__name__, exc_info=exc)
+    return ToolError(
+        "tool_failed", f"{name} failed ({type(exc).__name__}); the error's text, as the "
+        "source or poller gave it, is under result.error", data={"error": text},
+    )  # fmt: skip
 
 
 def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[PollJob]:

@@ -9,6 +9,7 @@ client that cannot elicit gets the refusal that tells an operator how to reset.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import anyio
@@ -19,6 +20,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from .dispatch import ToolError, call_tool, tool_specs
+
+log = logging.getLogger("nexopoll.tools")
 
 CONFIRM_SCHEMA = {
     "type": "object",
@@ -63,6 +66,10 @@ def build_server(agent: str | None) -> Server:
             return _result(await anyio.to_thread.run_sync(run))
         except ToolError as exc:
             return _result(exc.as_dict(), error=True)
+        except Exception as exc:  # never an exception's text (it may be a source's) as such
+            log.error("mcp.tool_error tool=%s", str(params.name)[:100], exc_info=exc)
+            failed = {"code": "tool_failed", "message": "the tool failed; see the server's log"}
+            return _result({"error": failed}, error=True)
 
     return Server(
         "nexopoll",

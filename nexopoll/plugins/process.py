@@ -1,9 +1,15 @@
-"""One plugin subprocess: spawned in its own process group with a scrubbed environment.
+"""One plugin subprocess: started through the launcher with a scrubbed environment.
 
-Its stdout is read in a thread as bounded lines and routed to the tick waiting for
-each message (replies by id, reverse calls by ``params.tick_id``); its stderr is
-drained concurrently into a bounded tail and the log (rate-limited, redacted). A
-protocol error or an oversized line kills the whole group; so does a timeout.
+The launcher (``launcher.py``) runs the plugin without the privileges to read any
+nexopoll process (no capabilities when the worker is root, or as
+``NEXOPOLL_PLUGIN_USER``) and, as a child subreaper, reaps the plugin's whole
+process tree when it exits or is killed: a daemon that double-forks and calls
+``setsid`` included. Its stdout is read as bounded lines and routed to the tick
+waiting for each message (replies by id, reverse calls by ``params.tick_id``); its
+stderr is drained into a bounded tail and the log (rate-limited, redacted). One
+thread pumps both, and stops when the process is stopped or killed, whoever still
+holds the pipes. A protocol error or an oversized line kills the whole tree; so
+does a timeout.
 """
 
 from __future__ import annotations
@@ -11,7 +17,10 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pwd
 import queue
+import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +41,8 @@ from .manifest import PYTHON_COMMAND, Manifest
 
 log = logging.getLogger("nexopoll.plugins")
 SDK_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding ``nexopoll``
+LAUNCHER = str(Path(__file__).resolve().with_name("launcher.py"))
+KILL_WAIT_SECS = 2.0  # for the launcher to reap the tree before the group gets SIGKILL
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,7 @@ class Limits:
     stderr_line_chars: int = 1000
     stop_grace_secs: float = 3.0
     env_allow: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+    user: str = ""  # NEXOPOLL_PLUGIN_USER: run plugins as this user (the worker must be root)
 
 
 class PluginExited(TransientError):
@@ -55,6 +67,40 @@ def child_argv(m: Manifest) -> list[str]:
     elif "/" in command and not os.path.isabs(command):
         command = os.path.join(m.directory, command)
     return [command, *m.args]
+
+
+def privilege_args(user: str, euid: int | None = None) -> list[str]:
+    """The launcher's options for ``NEXOPOLL_PLUGIN_USER`` (``user``) and this process.
+
+    Unset (or the worker's own user): a root worker starts plugins as root without
+    any capability; another worker starts them as itself. A user name or uid: a
+    root worker starts them as that user and its primary group, no other groups.
+
+    >>> privilege_args("", euid=0), privilege_args("", euid=1000)
+    (['--no-caps'], [])
+    >>> privilege_args("nobody", euid=0)[:2]
+    ['--uid', '65534']
+    """
+    euid = os.geteuid() if euid is None else euid
+    if not user:
+        return ["--no-caps"] if euid == 0 else []
+    try:
+        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, ValueError, OverflowError):
+        raise TransientError(f"NEXOPOLL_PLUGIN_USER={user!r}: no such user") from None
+    if pw.pw_uid == euid:
+        return ["--no-caps"] if euid == 0 else []
+    if euid != 0:
+        raise TransientError(
+            f"NEXOPOLL_PLUGIN_USER={user!r}: the worker runs as uid {euid}, not root, "
+            "so it cannot start plugins as another user (unset it, or start the worker as root)"
+        )
+    return ["--uid", str(pw.pw_uid), "--gid", str(pw.pw_gid)]
+
+
+def launcher_argv(m: Manifest, user: str) -> list[str]:
+    """The launcher's command line: ``-I -S`` (stdlib only, no site, no PYTHON* vars)."""
+    return [sys.executable, "-I", "-S", LAUNCHER, *privilege_args(user), "--", *child_argv(m)]
 
 
 def child_env(m: Manifest, environ: Mapping[str, str], allow: tuple[str, ...]) -> dict[str, str]:
@@ -86,18 +132,27 @@ class PluginProcess:
         self._tail = bytearray()
         self.failure: BaseException | None = None
         self.died_at: float | None = None
+        argv = launcher_argv(manifest, limits.user)
+        command = argv[argv.index("--") + 1]
+        if shutil.which(command, path=env.get("PATH", os.defpath)) is None and not (
+            os.path.isabs(command) and os.path.exists(command)
+        ):
+            raise TransientError(
+                f"plugin {manifest.plugin_id}: cannot start: {command!r} not found"
+            )
         try:
             self.proc = subprocess.Popen(
-                child_argv(manifest), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, cwd=manifest.directory, env=env, bufsize=0,
                 start_new_session=True, close_fds=True,
             )  # fmt: skip
         except OSError as exc:
             raise TransientError(f"plugin {manifest.plugin_id}: cannot start: {exc}") from None
-        self.pid = self.proc.pid
+        self.pid = self.proc.pid  # the launcher's: the leader of the plugin's process group
+        self._stop_reading = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
         self._threads = [
-            threading.Thread(target=self._read_stdout, daemon=True, name=f"plugin-out-{self.pid}"),
-            threading.Thread(target=self._drain_stderr, daemon=True, name=f"plugin-err-{self.pid}"),
+            threading.Thread(target=self._pump, daemon=True, name=f"plugin-io-{self.pid}"),
         ]
         for t in self._threads:
             t.start()
@@ -157,33 +212,55 @@ class PluginProcess:
         except (OSError, ValueError):
             raise PluginExited(self.describe_exit("closed its stdin")) from None
 
-    def _read_stdout(self) -> None:
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        buf = bytearray()
-        cap = self.limits.max_line_bytes
+    def _pump(self) -> None:
+        """Read stdout lines and drain stderr until both reach EOF or the process is
+        stopped (``_wake``): never blocked on a pipe that a stray process still holds."""
+        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()  # type: ignore[union-attr]
+        sel = selectors.DefaultSelector()
+        for fd in (out, err, self._wake_r):
+            sel.register(fd, selectors.EVENT_READ)
+        buf, cap = bytearray(), self.limits.max_line_bytes
+        drain = _StderrDrain(self)
+        open_fds = {out, err}
         try:
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                buf += chunk
-                while (nl := buf.find(b"\n")) >= 0:
-                    line = bytes(buf[:nl])
-                    del buf[: nl + 1]
-                    self._handle_line(line, cap)
-                if len(buf) > cap:
-                    raise ProtocolError(f"plugin wrote a line over {cap} bytes; killed")
+            while open_fds and not self._stop_reading.is_set():
+                for key, _ in sel.select():
+                    fd = key.fd
+                    if fd == self._wake_r:
+                        return
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        sel.unregister(fd)
+                        open_fds.discard(fd)
+                    elif fd == err:
+                        drain.feed(chunk)
+                    else:
+                        buf += chunk
+                        while (nl := buf.find(b"\n")) >= 0:
+                            line = bytes(buf[:nl])
+                            del buf[: nl + 1]
+                            self._handle_line(line, cap)
+                        if len(buf) > cap:
+                            raise ProtocolError(f"plugin wrote a line over {cap} bytes; killed")
         except ProtocolError as exc:
             log.warning("plugin.protocol_error id=%s: %s", self.manifest.plugin_id, exc)
             self.fail(exc)
             return
         except OSError:
             pass
+        finally:
+            sel.close()  # the wake pipe stays open: stop() closes it after joining
+            for stream in (self.proc.stdout, self.proc.stderr):
+                try:
+                    stream and stream.close()  # type: ignore[func-returns-value]
+                except OSError:
+                    pass
+        if self._stop_reading.is_set():
+            return
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        self._threads[1].join(timeout=1)  # the stderr tail, for the message
         self.fail(PluginExited(self.describe_exit("exited")), kill=True)
 
     def _handle_line(self, line: bytes, cap: int) -> None:
@@ -192,35 +269,15 @@ class PluginProcess:
         if line.strip():
             self._route(jsonrpc.decode(line))
 
-    def _drain_stderr(self) -> None:
-        fd = self.proc.stderr.fileno()  # type: ignore[union-attr]
-        budget, window, dropped, partial = self.limits.stderr_lines_per_sec, 0.0, 0, b""
-        tail_cap = self.limits.stderr_tail_bytes
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            self._tail += chunk
-            if len(self._tail) > tail_cap:
-                del self._tail[: len(self._tail) - tail_cap]
-            lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()[-self.limits.stderr_line_chars :]
-            now = time.monotonic()
-            if now - window >= 1.0:
-                if dropped:
-                    log.warning("plugin.stderr id=%s: %s lines not logged (rate limit)",
-                                self.manifest.plugin_id, dropped)  # fmt: skip
-                window, budget, dropped = now, self.limits.stderr_lines_per_sec, 0
-            for raw in lines:
-                if budget <= 0:
-                    dropped += 1
-                    continue
-                budget -= 1
-                text = raw[: self.limits.stderr_line_chars].decode("utf-8", "replace")
-                log.info("plugin.stderr id=%s %s", self.manifest.plugin_id, self.redact(text))
+    def _wake(self) -> None:
+        """Stop the pump thread now (it owns and closes the pipes)."""
+        self._stop_reading.set()
+        with self._lock:
+            if self._wake_w >= 0:
+                try:
+                    os.write(self._wake_w, b"x")
+                except OSError:
+                    pass
 
     def redact(self, text: str) -> str:
         return redact(text, self.secrets)
@@ -246,7 +303,14 @@ class PluginProcess:
         return self.failure is None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the whole process group (grandchildren included) and reap the leader."""
+        """Kill the plugin's whole tree: the launcher SIGKILLs and reaps every process
+        below it (``SIGUSR1``); the group gets SIGKILL too, then the pump stops."""
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGUSR1)
+                self.proc.wait(timeout=KILL_WAIT_SECS)
+            except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+                pass
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -255,6 +319,7 @@ class PluginProcess:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             log.error("plugin.unkillable id=%s pid=%s", self.manifest.plugin_id, self.pid)
+        self._wake()
         for stream in (self.proc.stdin,):
             try:
                 stream and stream.close()
@@ -280,6 +345,13 @@ class PluginProcess:
         self.fail(PluginExited(f"plugin {self.manifest.plugin_id} stopped"), kill=True)
         for t in self._threads:
             t.join(timeout=2)
+        with self._lock:
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._wake_r = self._wake_w = -1
         log.info("plugin.stopped id=%s pid=%s", self.manifest.plugin_id, self.pid)
 
 
@@ -288,3 +360,33 @@ def _as_id(value: Any) -> Any:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return value
+
+
+class _StderrDrain:
+    """stderr → a bounded tail (error messages quote it) and the log, rate-limited."""
+
+    def __init__(self, proc: PluginProcess) -> None:
+        self.proc, self.limits = proc, proc.limits
+        self.budget, self.window = self.limits.stderr_lines_per_sec, 0.0
+        self.dropped, self.partial = 0, b""
+
+    def feed(self, chunk: bytes) -> None:
+        proc, limits = self.proc, self.limits
+        proc._tail += chunk
+        if len(proc._tail) > limits.stderr_tail_bytes:
+            del proc._tail[: len(proc._tail) - limits.stderr_tail_bytes]
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()[-limits.stderr_line_chars :]
+        now = time.monotonic()
+        if now - self.window >= 1.0:
+            if self.dropped:
+                log.warning("plugin.stderr id=%s: %s lines not logged (rate limit)",
+                            proc.manifest.plugin_id, self.dropped)  # fmt: skip
+            self.window, self.budget, self.dropped = now, limits.stderr_lines_per_sec, 0
+        for raw in lines:
+            if self.budget <= 0:
+                self.dropped += 1
+                continue
+            self.budget -= 1
+            text = raw[: limits.stderr_line_chars].decode("utf-8", "replace")
+            log.info("plugin.stderr id=%s %s", proc.manifest.plugin_id, proc.redact(text))

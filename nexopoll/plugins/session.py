@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from nexopoll.core.contract import PollContext, TickAck
+from nexopoll.core.errors import ConfigError
+from nexopoll.core.hostcheck import check_log
 from nexopoll.core.redact import MIN_SECRET_CHARS
 
 from . import jsonrpc
@@ -110,23 +112,21 @@ class _NoMethod(Exception):
 
 
 def _call(proc: PluginProcess, method: str, p: dict[str, Any], host: Any) -> Any:
-    if method == "deliver":
-        payload = p["payload"]
-        host.deliver(str(p["channel"]), str(p["to"]), payload)
+    if method == "deliver":  # the host checks channel, recipient, payload and the cap
+        host.deliver(p["channel"], p["to"], p["payload"])
         return {"ok": True}
     if method == "credentials_get":
         creds = host.credentials_get(str(p["channel"]))
         proc.secrets.update(_strings(creds))  # never echoed back into logs
         return creds
-    if method == "log":
-        fields = p.get("fields") or {}
-        if not isinstance(fields, dict):
-            raise TypeError("fields must be an object")
-        host.log(
-            str(p.get("level", "info")),
-            proc.redact(str(p["message"]))[:2000],
-            **{str(k): proc.redact(str(v))[:500] for k, v in fields.items()},
-        )
+    if method == "log":  # refused (-32602) unless one clean line within the limits
+        try:
+            level, message, fields = check_log(p.get("level", "info"), p["message"],
+                                               p.get("fields") or {})  # fmt: skip
+        except ConfigError as exc:  # its text names the field, with the character escaped
+            log.warning("plugin.log_refused id=%s: %s", proc.manifest.plugin_id, exc)
+            raise
+        host.log(level, proc.redact(message), **{k: proc.redact(v) for k, v in fields.items()})
         return {"ok": True}
     if method == "metric_inc":
         labels = p.get("labels") or {}

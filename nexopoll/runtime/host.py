@@ -1,9 +1,18 @@
-"""The PollerHost a tick hands to its poller: it records, the commit sends."""
+"""The PollerHost a tick hands to its poller: it records, the commit sends.
+
+What a poller hands it is checked as the config is (:mod:`nexopoll.core.hostcheck`):
+a ``deliver`` recipient or a payload that could not be stored or sent is a
+ConfigError naming the field, and one tick may make at most
+``NEXOPOLL_MAX_DELIVERIES_PER_TICK`` deliveries (1,000): one more is a
+PermanentError. Either is also remembered (``failure``): the tick fails with it,
+nothing committed, even if the poller (or a plugin) caught it and returned.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,13 +20,21 @@ from nexopoll.channels import binding_schemas, get_channel
 from nexopoll.channels.stream import check_topic, publish_payload
 from nexopoll.core.bindings import public_view
 from nexopoll.core.config import expand_env
-from nexopoll.core.errors import ConfigError, CredentialsMissingError
+from nexopoll.core.errors import ConfigError, CredentialsMissingError, PermanentError, PollerError
+from nexopoll.core.hostcheck import check_channel, check_json, check_recipient, printable
 from nexopoll.core.redact import secret_values
 
 from . import logredact
 from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.poller")
+DEFAULT_MAX_DELIVERIES_PER_TICK = 1000
+
+
+def _max_deliveries() -> int:
+    from django.conf import settings
+
+    return getattr(settings, "NEXOPOLL_MAX_DELIVERIES_PER_TICK", DEFAULT_MAX_DELIVERIES_PER_TICK)
 
 
 @dataclass(frozen=True)
@@ -41,26 +58,67 @@ class TickHost:
     # metric_inc counts, written with the tick's metrics (poller_metric_total)
     metric_counts: dict[tuple[str, tuple], int] = field(default_factory=dict)
     _secrets_known: bool = field(default=False, repr=False)  # the bindings' masked in metrics
+    max_deliveries: int = field(default_factory=_max_deliveries)
+    # the first refused deliver/publish: the tick fails with it whatever the poller does
+    failure: PollerError | None = None
 
     def deliver(self, channel: str, recipient: str, payload: dict[str, Any]) -> None:
-        get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
-        if not isinstance(payload, dict):
-            raise ConfigError(
-                f"delivery payload must be a JSON object, got {type(payload).__name__}"
-            )
-        self.deliveries.append(PendingDelivery(channel, str(recipient), payload))
+        """Add a delivery to the tick's outbox (sent only once the tick commits).
+
+        Raises:
+            ConfigError: unknown channel, a recipient with a control character or
+                over 500 characters, a payload that is not a JSON object.
+            PermanentError: the tick's delivery cap is reached.
+        """
+        with self._refusal():
+            self._count()
+            check_channel(channel)
+            get_channel(channel)  # unknown channel: ConfigError now, not a dead row later
+            to = check_recipient(recipient)
+            if not isinstance(payload, dict):
+                raise ConfigError(
+                    f"delivery payload must be a JSON object, got {type(payload).__name__}"
+                )
+            check_json(payload)
+            self.deliveries.append(PendingDelivery(channel, to, payload))
 
     def publish(self, topic: str, payload: bytes) -> None:
         """Publish raw bytes to the Redis Stream ``topic`` through the ``stream`` channel:
         an outbox row like any delivery (sent after the commit, retried, deduplicated)."""
-        if "stream" not in self.bindings:
-            raise ConfigError(
-                f"publish needs a stream binding: agent {self.agent!r} has none "
-                f"(add agents.{self.agent}.stream: {{account: ...}})"
+        with self._refusal():
+            self._count()
+            if not isinstance(topic, str):
+                raise ConfigError(f"publish topic must be a string, got {type(topic).__name__}")
+            if "stream" not in self.bindings:
+                raise ConfigError(
+                    f"publish needs a stream binding: agent {self.agent!r} has none "
+                    f"(add agents.{self.agent}.stream: {{account: ...}})"
+                )
+            self.deliveries.append(
+                PendingDelivery("stream", check_topic(topic), publish_payload(payload), "publish")
             )
-        self.deliveries.append(
-            PendingDelivery("stream", check_topic(topic), publish_payload(payload), "publish")
-        )
+
+    def _count(self) -> None:
+        if len(self.deliveries) >= self.max_deliveries:
+            raise PermanentError(
+                f"the tick made more than {self.max_deliveries} deliveries "
+                "(NEXOPOLL_MAX_DELIVERIES_PER_TICK); none was committed: deliver fewer "
+                "items per tick (the rest on the next one) or raise the cap"
+            )
+
+    @contextmanager
+    def _refusal(self) -> Iterator[None]:
+        try:
+            yield
+        except PollerError as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise
+
+    def raise_if_refused(self) -> None:
+        """After the poller returned: a refused deliver/publish fails the tick."""
+        if self.failure is not None:
+            raise self.failure
 
     def credentials_get(self, channel: str) -> dict[str, Any]:
         """The agent's binding for ``channel``, ``${...}`` expanded.
@@ -78,13 +136,15 @@ class TickHost:
         return expand_env(binding, self.env, path=f"agents.{self.agent}.{channel}")
 
     def log(self, level: str, message: str, **fields: Any) -> None:
-        lvl = logging.getLevelName(level.upper())
+        """One log line: control characters escaped, so no text forges another line."""
+        lvl = logging.getLevelName(str(level).upper())
+        clean = {printable(str(k), 64): printable(str(v), 500) for k, v in fields.items()}
         log.log(
             lvl if isinstance(lvl, int) else logging.INFO,
             "poller.log job=%s %s %s",
             self.job_id,
-            message,
-            fields or "",
+            printable(str(message), 2000),
+            clean or "",
         )
 
     def metric_inc(self, name: str, /, **labels: Any) -> None:

@@ -114,7 +114,11 @@ def plugin_options():
 
     allow = tuple(n.strip() for n in settings.NEXOPOLL_PLUGIN_ENV_ALLOW.split(",") if n.strip())
     return Options(
-        limits=Limits(max_line_bytes=settings.NEXOPOLL_PLUGIN_MAX_LINE_BYTES, env_allow=allow),
+        limits=Limits(
+            max_line_bytes=settings.NEXOPOLL_PLUGIN_MAX_LINE_BYTES,
+            env_allow=allow,
+            user=settings.NEXOPOLL_PLUGIN_USER,
+        ),
         restart_base_secs=settings.NEXOPOLL_PLUGIN_RESTART_BASE_SECS,
         restart_cap_secs=settings.NEXOPOLL_PLUGIN_RESTART_CAP_SECS,
     )

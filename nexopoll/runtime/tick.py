@@ -402,8 +402,12 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
     polite = host_gate.set(politeness.gate_for(job.host_limits))  # per-host caps, this thread
     try:
         ack = poller.tick(ctx)
+    except Exception:
+        host.raise_if_refused()  # the refused deliver, not what the poller made of it
+        raise
     finally:
         host_gate.reset(polite)
+    host.raise_if_refused()  # a refused deliver fails the tick even if the poller went on
     if not isinstance(ack, TickAck):
         raise TypeError(f"poller {job.kind!r} returned {type(ack).__name__}, not TickAck")
     return ack

@@ -4,6 +4,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from tests.runtime.conftest import Config, scripted  # noqa: F401  (shared helpers)
+from tests.support.worker import start_worker  # noqa: F401  (a fixture)
 
 
 @pytest.fixture

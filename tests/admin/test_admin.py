@@ -163,7 +163,9 @@ def test_job_page_shows_definition_cursor_history_preview_deliveries(cfg, redis_
     assert Delivery.objects.filter(job_id="a").count() == 1 and "log" in page
 
 
-def test_dry_run_page_shows_deliveries_and_commits_nothing(cfg, redis_client, operator):
+def test_dry_run_page_shows_deliveries_and_commits_nothing(cfg, redis_client, operator,
+                                                           start_worker):  # fmt: skip
+    start_worker()  # the dry run polls on a worker, never in the web process
     cfg.write([scripted("a")])
     cfg.reload()
     redis_client.rpush("test:src:a", 1, 2)

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from tests.runtime.conftest import Config, scripted
+from tests.support.worker import start_worker  # noqa: F401  (a fixture)
 
 TOKEN = "api-test-token-7f3a9c"
 
@@ -64,7 +65,9 @@ def staff(username: str, *perms: str) -> User:
 
 @pytest.fixture
 def settings_(settings):
-    """Settings for a live server run: the API token, no practical rate limit."""
+    """Settings for a live server run: the API token, no practical rate limit, and runs
+    that answer 202 after a short wait (no worker is running)."""
     settings.NEXOPOLL_API_TOKEN = TOKEN
     settings.NEXOPOLL_API_RATE_PER_MIN = 100_000
+    settings.NEXOPOLL_RUN_WAIT_SECS = 0.2
     return settings

@@ -6,7 +6,9 @@ import time
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from nexopoll import services
 from nexopoll.models import PollJob, PollState
 from tests.runtime.conftest import scripted
 
@@ -26,7 +28,7 @@ def error(response, status: int, code: str | None = None) -> str:
 
 def test_list_filters_and_pages(api, jobs, redis_client):
     redis_client.rpush("test:src:alpha", 1)
-    assert api.post("/api/pollers/alpha/run").json()["status"] == "ok"
+    assert services.run_job("alpha", now=timezone.now()).status == "ok"
     r = api.get("/api/pollers")
     assert r.status_code == 200
     body = r.json()
@@ -65,7 +67,8 @@ def test_show_unknown_and_malformed_ids(api, jobs):
     error(api.get("/api/nothing/here"), 404)
 
 
-def test_run_commits_and_dry_run_does_not(api, jobs, redis_client):
+def test_run_commits_and_dry_run_does_not(api, jobs, redis_client, start_worker):
+    start_worker()  # runs tick on a worker, never in the web process
     redis_client.rpush("test:src:alpha", 1, 2)
     dry = api.post("/api/pollers/alpha/dry-run").json()
     assert dry["dry_run"] and not dry["committed"] and dry["next_cursor"] == "2"
@@ -80,8 +83,13 @@ def test_run_commits_and_dry_run_does_not(api, jobs, redis_client):
 def test_run_async_queues_a_task(api, jobs, redis_client):
     r = api.post("/api/pollers/alpha/run", {"wait": False})
     assert r.status_code == 202 and r.json()["task_id"]
+    url = f"/api/pollers/alpha/runs/{r.json()['task_id']}"
+    assert r.json()["status_url"] == r["Location"] == url
     assert redis_client.llen("nexopoll") == 1  # the Celery queue: a worker will tick it
     assert state("alpha").ticks_total == 0
+    assert api.get(url).json() == {"job_id": "alpha", "task_id": r.json()["task_id"],
+                                   "state": "queued", "result": None, "error": None}  # fmt: skip
+    error(api.get(url.replace("alpha", "beta")), 404)  # another job's run is not found
 
 
 def test_pause_resume(api, jobs):
@@ -95,11 +103,13 @@ def test_pause_resume(api, jobs):
 
 def test_reset_needs_confirm_true(api, jobs, redis_client):
     redis_client.rpush("test:src:alpha", 1)
-    api.post("/api/pollers/alpha/run")
+    services.run_job("alpha", now=timezone.now())
     before = state("alpha")
     assert bytes(before.cursor) == b"1"
     assert "confirm" in error(api.post("/api/pollers/alpha/reset"), 422, "invalid")
     error(api.post("/api/pollers/alpha/reset", {"confirm": False}), 422)
+    for almost in (1, 1.0, "true", "yes", [True], {"v": True}, None):  # only JSON true
+        assert "confirm" in error(api.post("/api/pollers/alpha/reset", {"confirm": almost}), 422)
     error(api.post("/api/pollers/alpha/reset", {"confirm": True, "also": 1}), 422)
     assert bytes(state("alpha").cursor) == b"1" and state("alpha").epoch == before.epoch
     r = api.post("/api/pollers/alpha/reset", {"confirm": True})
@@ -162,7 +172,8 @@ def test_ten_thousand_jobs_list_fast(api, cfg):
     assert api.get("/api/pollers?paused=true&limit=1").json()["total"] == 5000
 
 
-def test_run_of_a_paused_job_is_409_unless_forced(api, jobs, redis_client):
+def test_run_of_a_paused_job_is_409_unless_forced(api, jobs, redis_client, start_worker):
+    start_worker()
     redis_client.rpush("test:src:gamma", 1)  # gamma is paused on boot
     assert "paused" in error(api.post("/api/pollers/gamma/run"), 409, "conflict")
     assert state("gamma").ticks_total == 0

@@ -19,7 +19,7 @@ def test_api_conforms_to_its_openapi_document(live_server, jobs, redis_client, s
     redis_client.rpush("test:src:alpha", 1, 2)
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 10
+    assert len(operations) == 11
     calls: dict[str, set[int]] = {}
 
     for operation in operations:
@@ -34,5 +34,5 @@ def test_api_conforms_to_its_openapi_document(live_server, jobs, redis_client, s
             calls.setdefault(case.operation.label, set()).add(response.status_code)
 
         check()
-    assert len(calls) == 10
+    assert len(calls) == 11
     assert {200} <= calls["GET /api/pollers"]

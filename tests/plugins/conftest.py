@@ -95,9 +95,10 @@ def plugin(tmp_path, redis_client):
     made = []
 
     def factory(kind: str = "misbehave", **kw):
+        options = kw.pop("options", OPTIONS)
         path = write_plugin(tmp_path / "plugins", kw.pop("plugin_id", "mis"), [kind], **kw)
         m = parse_manifest(path.read_text(), str(path))
-        (p,) = pollers_for(m, kw.pop("options", OPTIONS), get_redis)
+        (p,) = pollers_for(m, options, get_redis)
         made.append(p)
         return p
 

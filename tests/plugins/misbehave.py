@@ -6,7 +6,11 @@ segv, non_json, wrong_id, both, nan, deep, huge (config.mb MB without newline),
 env (return os.environ as cursor), flood (config.mb MB to stderr, then reply),
 reverse (every reverse call, then ok), metric_notify (config.name/labels as a
 metric_inc notification, then ok), deliver_fail (deliver, then error -32001),
-slow (sleep config.secs, record concurrency in a file).
+slow (sleep config.secs, record concurrency in a file), daemon (double-fork + setsid:
+a daemon that keeps the pipes and sleeps, its pid appended to config.pidfile), snoop
+(read every ancestor's and config.pids' /proc environ, maps and mem, report what it
+could read and whether config.needle was in it), deliver_many (config.n deliveries),
+raw_calls (config.calls: [method, params] reverse calls, answers returned).
 """
 
 import base64
@@ -169,6 +173,28 @@ def tick(msg):
         params = {"tick_id": tid, "channel": target["channel"], "to": target["to"]}
         call("deliver", {**params, "payload": payload})
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32001, "message": "after deliver"}})
+    elif mode == "daemon":
+        daemonize(cfg["pidfile"])
+        ok(str(last + 1).encode())
+    elif mode == "snoop":
+        pids = sorted(set(ancestors()) | set(cfg.get("pids", [])))
+        report = {"uid": os.getuid(), "ancestors": ancestors(), "self": os.getpid()}
+        pids.append(os.getpid())  # the plugin's own: the probe works
+        for pid in pids:
+            for what in ("environ", "maps", "mem"):
+                report[f"{pid}/{what}"] = snoop(pid, what, cfg["needle"])
+        ok(json.dumps(report).encode())
+    elif mode == "deliver_many":
+        for i in range(cfg["n"]):
+            params = {"tick_id": tid, "channel": target["channel"], "to": target["to"]}
+            answer = call("deliver", {**params, "payload": {"text": f"n{i}", "item_id": i}})
+            if "error" in answer and not cfg.get("ignore_errors"):
+                send({"jsonrpc": "2.0", "id": mid, "error": answer["error"]})
+                return
+        ok(str(cfg["n"]).encode())
+    elif mode == "raw_calls":  # each (method, params) as given; the answers are the cursor
+        answers = [call(m, {"tick_id": tid, **params}) for m, params in cfg["calls"]]
+        ok(json.dumps(answers).encode())
     elif mode == "slow":
         path = cfg["probe"]
         with open(path, "a") as f:
@@ -177,6 +203,59 @@ def tick(msg):
         with open(path, "a") as f:
             f.write(f"- {os.getpid()} {time.time()}\n")
         ok(b"1")
+
+
+def daemonize(pidfile):
+    """Start the daemon; return once its pid is in ``pidfile``."""
+    ready_r, ready_w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:  # the daemon: keeps stdin/stdout/stderr, outlives its parents
+            with open(pidfile, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            os.write(ready_w, b"x")
+            time.sleep(600)
+            os._exit(0)
+        os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+
+
+def ancestors():
+    pid, found = os.getppid(), []
+    while pid > 1:
+        found.append(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def snoop(pid, what, needle):
+    """ "denied <errno>", "read <n>" or "FOUND" (the needle was in what could be read)."""
+    try:
+        if what == "mem":
+            with open(f"/proc/{pid}/mem", "rb") as mem:
+                data = b""
+                try:
+                    with open(f"/proc/{pid}/maps") as f:
+                        maps = [line.split() for line in f]
+                except OSError:
+                    maps = []
+                for fields in maps:
+                    if "rw" in fields[1] and (len(fields) < 6 or fields[5].startswith("[")):
+                        start, end = (int(x, 16) for x in fields[0].split("-"))
+                        mem.seek(start)
+                        data += mem.read(min(end - start, 8 << 20))
+                if not maps:
+                    mem.seek(0x400000)
+                    data = mem.read(4096)
+        else:
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                data = f.read()
+    except (OSError, ValueError) as exc:
+        return f"denied {getattr(exc, 'errno', exc)}"
+    return "FOUND" if needle.encode() in data else f"read {len(data)}"
 
 
 for line in sys.stdin.buffer:

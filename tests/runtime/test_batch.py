@@ -149,7 +149,7 @@ def test_a_db_error_in_the_shared_commit_falls_back_to_one_commit_per_tick(cfg, 
     then commits alone: the bad one is paused with the reason, the others commit."""
     ids = jobs(3)
     setup(cfg, redis_client, ids)
-    redis_client.set("test:recipient:j01", "x" * 600)  # past the outbox column's length
+    redis_client.set("test:raw_recipient:j01", "x" * 600)  # past the outbox column's length
     reports = {r.job_id: r for r in run_batch([(i, TTL) for i in ids], clock=clock)}
     if connection.vendor == "sqlite":  # SQLite does not enforce VARCHAR lengths
         assert reports["j01"].committed

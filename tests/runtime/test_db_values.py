@@ -107,10 +107,12 @@ def test_a_poller_error_with_nul_is_stored_and_kept_in_history_without_it(cfg, r
 
 
 def test_a_recipient_with_nul_is_stored_without_it(cfg, redis_client):
+    """``host.deliver`` refuses a control character in a recipient (a config error); one
+    that reaches the outbox some other way is still stored NUL-free."""
     cfg.write([scripted("s")])
     cfg.reload()
     redis_client.rpush("test:src:s", 1, 2)
-    redis_client.set("test:recipient:s", "ops\x00room")
+    redis_client.set("test:raw_recipient:s", "ops\x00room")
     report = tick_job("s", now=NOW)
     assert (report.status, report.items_dispatched) == ("ok", 2)
     assert set(Delivery.objects.values_list("recipient", flat=True)) == {"opsroom"}

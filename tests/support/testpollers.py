@@ -8,10 +8,14 @@ RuntimeError); while ``test:block:<job>`` exists the tick stops
 after fetching (before the runtime commits), announcing itself in
 ``test:blocked:<job>`` — the barrier the kill -9 and zombie tests use. With
 ``test:block_once:<job>`` set, only the next tick stops, until ``test:hold:<job>``
-is deleted. A stopped tick reads ``test:mode:<job>`` again when let go (``transient``:
-it fails then, a failing tick in flight). Each name in ``test:metric:<job>`` is counted
-with ``host.metric_inc`` (``source="scripted"``; an entry ``{"name": …, "labels": {…}}``
-brings its own labels); the ``scripted_peek`` custom tool counts the source items.
+is deleted. ``test:raw_recipient:<job>`` puts that recipient in the outbox past the
+host's checks (a value only the DB refuses). A stopped tick reads ``test:mode:<job>``
+again when let go (``transient``: it fails then, a failing tick in flight). Each name in
+``test:metric:<job>`` is counted with ``host.metric_inc`` (``source="scripted"``; an
+entry ``{"name": …, "labels": {…}}`` brings its own labels); the ``scripted_peek``
+custom tool counts the source items; ``scripted_sample`` (a schema without
+``additionalProperties``) lists its first ``count`` items, or raises
+``test:tool_raise:<job>``'s text as a TransientError (a source's error).
 
 Faults of a batch's tick: ``test:ignore_cancel:<job>`` makes the barrier ignore the
 tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error whose text
@@ -31,6 +35,7 @@ import redis
 
 from nexopoll.core.contract import PollContext, Poller, TickAck, ToolSpec
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
+from nexopoll.runtime.host import PendingDelivery
 
 
 def _client() -> redis.Redis:
@@ -67,8 +72,13 @@ class ScriptedPoller(Poller):
         new = [i for i in ids if i > last][: int(ctx.config.get("max_per_tick", 100))]
         target = ctx.config["deliver"]
         to = r.get(f"test:recipient:{job}") or target["to"]  # a poller may pick recipients
+        raw_to = r.get(f"test:raw_recipient:{job}")  # past the host's checks: the DB refuses
         for i in new:
-            ctx.host.deliver(target["channel"], to, {"text": f"item {i}", "item_id": i})
+            payload = {"text": f"item {i}", "item_id": i}
+            if raw_to:
+                ctx.host.deliveries.append(PendingDelivery(target["channel"], raw_to, payload))
+            else:
+                ctx.host.deliver(target["channel"], to, payload)
         barrier = f"test:block:{job}"
         if r.delete(f"test:block_once:{job}"):  # only this tick waits, on test:hold:<job>
             barrier = f"test:hold:{job}"
@@ -106,8 +116,32 @@ class ScriptedPoller(Poller):
                     "additionalProperties": False,
                 },
                 handler=self.peek,
-            )
+            ),
+            ToolSpec(
+                name="scripted_sample",
+                description="The first items of a scripted job's source (test tool).",
+                parameters={  # no additionalProperties: the dispatcher closes it anyway
+                    "type": "object",
+                    "properties": {
+                        "job_id": {"type": "string"},
+                        "count": {"type": "integer", "minimum": 1, "maximum": 10},
+                        "newest": {"type": "boolean"},
+                    },
+                    "required": ["job_id"],
+                },
+                handler=self.sample,
+            ),
         ]
+
+    def sample(self, args: dict[str, Any]) -> dict[str, Any]:
+        r = _client()
+        failure = r.get(f"test:tool_raise:{args['job_id']}")
+        if failure is not None:
+            raise TransientError(failure)
+        items = r.lrange(f"test:src:{args['job_id']}", 0, -1)
+        if args.get("newest") is True:
+            items.reverse()
+        return {"items": items[: args.get("count", 3)]}  # a float count: TypeError
 
     def peek(self, args: dict[str, Any]) -> dict[str, Any]:
         """Echoes the job's expanded config: the dispatcher must mask its secrets."""
