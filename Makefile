@@ -47,7 +47,7 @@ migrate: venv
 	$(PY) manage.py migrate --noinput -v 0
 
 # A pollers.yaml with errors does not stop `make run`: the valid jobs are applied, the
-# rejected ones keep their last good definitions (`manage.py pollers reload` exits 1).
+# rejected ones keep their last good definitions (`nexopoll reload` exits 1).
 reload: migrate
 	$(PY) manage.py pollers reload || echo "pollers.yaml has errors (above): not applied to those jobs"
 

@@ -50,7 +50,7 @@ def _redis_problems() -> list[str]:
 
 _HINT = (
     "pollers.yaml is not applied: the last good definitions keep running. "
-    "Fix it, then run `manage.py pollers reload` (`manage.py pollers check` lists the problems)."
+    "Fix it, then run `nexopoll reload` (`nexopoll check` lists the problems)."
 )
 
 

@@ -122,7 +122,7 @@ class Command(BaseCommand):
                 "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             )
         if len(rows) == 1:
-            self.stdout.write("(no jobs: run `manage.py pollers reload`)")
+            self.stdout.write("(no jobs: run `nexopoll reload`)")
 
     def do_show(self, job_id: str, **opts: Any) -> None:
         view = services.show_job(job_id, now=timezone.now())
