@@ -38,4 +38,5 @@ def test_the_console_script_migrates_and_creates_a_superuser(tmp_path):
     made = nexopoll("createsuperuser", "--noinput", "--username", "op", "--email", "op@example.com")
     assert made.returncode == 0, made.stderr
     listed = nexopoll("list")
-    assert listed.returncode == 0 and "no jobs: run `nexopoll reload`" in listed.stdout, listed.stderr
+    assert listed.returncode == 0, listed.stderr
+    assert "no jobs: run `nexopoll reload`" in listed.stdout
