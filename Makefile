@@ -70,7 +70,7 @@ flower-auth:
 run: venv redis migrate reload static flower-auth data/secret_key
 	@if [ -z "$$NEXOPOLL_FLOWER_BASIC_AUTH" ]; then \
 	  echo "flower: http://127.0.0.1:$${NEXOPOLL_FLOWER_PORT:-5555}  user admin, password in data/flower-password"; fi
-	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/nexopoll createsuperuser)"
+	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/nexopoll createsuperuser; source .venv/bin/activate puts nexopoll on PATH)"
 	@echo "health: http://127.0.0.1:$(PORT)/healthz    stop everything: Ctrl-C, then make stop"
 	@echo $$$$ > data/run.pid; \
 	if [ -z "$$DJANGO_SECRET_KEY$$DJANGO_SECRET_KEY_FILE" ]; then \
