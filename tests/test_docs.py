@@ -140,3 +140,19 @@ def test_the_readme_pollers_yaml_loads_with_the_real_validators():
     cfg = load_config(doc, source="README.md", env=env, now=now, validators=validators,
                       channels=channels)  # fmt: skip
     assert cfg.issues == [] and list(cfg.jobs) == ["jira_assigned"]
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_commands_use_the_nexopoll_command_not_manage_py(path):
+    blocks = re.findall(r"```(?:sh|console|bash)?\n(.*?)```", path.read_text(), re.S)
+    offenders = [line for b in blocks for line in b.splitlines() if "manage.py" in line]
+    assert not offenders, offenders
+
+
+def test_the_readme_stays_an_overview():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    for page in ("configuration", "operating", "pollers", "channels", "plugins", "security",
+                 "reliability", "testing", "performance", "architecture"):  # fmt: skip
+        assert f"(docs/{page}.md)" in readme, page
+    assert "make run" in readme and "make test" in readme and "about 15 minutes" in readme
