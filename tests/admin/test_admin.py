@@ -84,7 +84,7 @@ def test_pause_resume_through_actions_are_logged(cfg, operator):
     cfg.write([scripted("a"), scripted("b")])
     cfg.reload()
     client = login(operator)
-    assert "Paused 2 job(s)" in act(client, "pause", "a", "b").content.decode()
+    assert "Paused a, b." in act(client, "pause", "a", "b").content.decode()
     assert set(PollState.objects.filter(paused=True).values_list("job_id", flat=True)) == {"a", "b"}
     assert tick_job("a", now=timezone.now()).reason == "paused"
     act(client, "resume", "a")
