@@ -35,6 +35,7 @@ class OutboxAdmin(RuntimeOwnedAdmin):
         "attempts", "next_attempt_at_", "claimed_until_", "enqueued_at_", "last_error",
         "created_at_", "sent_at_",
     )  # fmt: skip
+    fields = readonly_fields  # only these: the model's own time fields would read "2:18 p.m."
 
     def get_search_results(self, request, queryset, search_term):  # type: ignore[no-untyped-def]
         """A short id as the list shows it (hex digits, 4 or more) finds its rows too."""
