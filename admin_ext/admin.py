@@ -83,8 +83,11 @@ class JobAdmin(RuntimeOwnedAdmin):
         streak = f" \u00d7{st.consecutive_errors}" if st and st.consecutive_errors else ""
         breaker = display.breaker_label(st.breaker_open_until if st else None, timezone.now())
         return format_html(
-            '<span class="np-state"><span class="np-badge np-{}">{}</span>{}{}</span>',
-            status, status, streak, "" if breaker == "closed" else f" · breaker {breaker}",
+            '<span class="np-badge np-{}">{}</span>{} {}', status, status, streak,
+            "" if breaker == "closed" else format_html(
+                '<span class="np-badge np-breaker" title="breaker {}">breaker {}</span>',
+                breaker, "open" if breaker == "open" else "½",
+            ),
         )  # fmt: skip
 
     @admin.display(description="last error")

@@ -42,13 +42,24 @@ def cfg(tmp_path, redis_client, transactional_db, settings) -> Config:
 
 @pytest.fixture
 def jobs(cfg, redis_client):
-    """Three jobs, two of them ticked: FEED twice (two deliveries), DEMO failing."""
+    """Five jobs: FEED ticked twice (two deliveries), DEMO failing, one paused, one with
+    its breaker open after three failures, one with a long id, ticking fine."""
     cfg.write([
         scripted(FEED, schedule={"cron": "0 */15 6-22 * * mon-fri", "tz": "Europe/Berlin"}),
         scripted(DEMO, every=300),
         scripted("mail-2.ops_x", every=60, paused_on_boot=True),
+        scripted("imap_4.support-desk", every=120),
+        scripted("rss-3.world_news.headlines-2026", every=600),
     ])  # fmt: skip
     cfg.reload()
+    redis_client.rpush("test:src:rss-3.world_news.headlines-2026", *range(1, 13))
+    tick_job("rss-3.world_news.headlines-2026", now=timezone.now())
+    redis_client.set("test:mode:imap_4.support-desk", "transient")
+    for _ in range(3):
+        tick_job("imap_4.support-desk", now=timezone.now())
+    PollState.objects.filter(job_id="imap_4.support-desk").update(
+        breaker_open_until=timezone.now() + timedelta(minutes=5)
+    )
     redis_client.rpush(f"test:src:{FEED}", 1)
     tick_job(FEED, now=timezone.now())
     redis_client.rpush(f"test:src:{FEED}", 2)
