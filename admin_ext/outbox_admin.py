@@ -33,7 +33,7 @@ class OutboxAdmin(RuntimeOwnedAdmin):
     readonly_fields = (
         "id", "job_col", "agent", "epoch", "purpose", "channel", "recipient", "payload", "status",
         "attempts", "next_attempt_at_", "claimed_until_", "enqueued_at_", "last_error",
-        "created_at_", "sent_at_",
+        "created_col", "sent_col",
     )  # fmt: skip
     fields = readonly_fields  # only these: the model's own time fields would read "2:18 p.m."
 
@@ -59,22 +59,22 @@ class OutboxAdmin(RuntimeOwnedAdmin):
         to = row.recipient
         return format_html('<span class="np-cut" title="{}">{}</span>', to, to)
 
-    # the list's times to the minute (to the second on hover and on the row's page)
+    # times in UTC to the second, as the CLI and the API give them
     @admin.display(description="created", ordering="created_at")
     def created_col(self, row: OutboxRow) -> str:
-        return display.when(row.created_at, seconds=False)
+        return display.when(row.created_at)
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_attempt_col(self, row: OutboxRow) -> str:
         if row.status not in ("pending", "held"):
             return "-"
-        return display.when(row.next_attempt_at, seconds=False)
+        return display.when(row.next_attempt_at)
 
     @admin.display(description="sent", ordering="sent_at")
     def sent_col(self, row: OutboxRow) -> str:
-        return display.when(row.sent_at, seconds=False)
+        return display.when(row.sent_at)
 
-    # the row's page: every time to the second, in UTC
+    # the row's page also shows these
     @admin.display(description="next attempt")
     def next_attempt_at_(self, row: OutboxRow) -> str:
         return display.when(row.next_attempt_at)
@@ -86,14 +86,6 @@ class OutboxAdmin(RuntimeOwnedAdmin):
     @admin.display(description="enqueued")
     def enqueued_at_(self, row: OutboxRow) -> str:
         return display.when(row.enqueued_at)
-
-    @admin.display(description="created")
-    def created_at_(self, row: OutboxRow) -> str:
-        return display.when(row.created_at)
-
-    @admin.display(description="sent")
-    def sent_at_(self, row: OutboxRow) -> str:
-        return display.when(row.sent_at)
 
     def has_redeliver_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("admin_ext.redeliver")

@@ -281,7 +281,7 @@ def test_deliveries_list_newest_first_short_ids_iso_times(window, live_server, c
         assert one_line(browser, cell)
     created = browser.find_elements(By.CSS_SELECTOR, "#result_list td.field-created_col span")
     assert [c.text for c in created] == [
-        r.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") for r in newest
+        r.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") for r in newest
     ]
     assert all(one_line(browser, c) for c in created)
     assert "p.m." not in browser.page_source and "a.m." not in browser.page_source
