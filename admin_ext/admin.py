@@ -181,13 +181,18 @@ class JobAdmin(RuntimeOwnedAdmin):
 
     @admin.action(description="Run selected jobs now", permissions=["operate"])
     def run_now(self, request, queryset):  # type: ignore[no-untyped-def]
+        queued = []
         for job in queryset:
             task_id = operations.run_now_async(job.job_id)
             self.log_change(request, job, f"run now (task {task_id})")
-            self.message_user(  # "Job …": Django capitalises a message's first letter
-                request, f"Job {job.job_id}: run queued as task {task_id}; see the job's page.",
-                messages.SUCCESS,
-            )  # fmt: skip
+            queued.append((job.job_id, task_id))
+        if len(queued) == 1:  # "Job …" first: Django capitalises a message's first letter
+            job_id, task_id = queued[0]
+            msg = f"Job {job_id}: run queued as task {task_id}; see the job's page."
+        else:
+            ids = display.id_list([job_id for job_id, _ in queued])
+            msg = f"Runs queued for {ids}; each job's page shows its result."
+        self.message_user(request, msg, messages.SUCCESS)
 
     @admin.action(description="Dry run selected jobs (commits nothing)", permissions=["operate"])
     def dry_run(self, request, queryset):  # type: ignore[no-untyped-def]

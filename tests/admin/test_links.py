@@ -187,6 +187,10 @@ def test_action_messages_name_the_jobs_and_stay_bounded(cfg, operator):
     paused = Page(client.post(jobs.url, {"action": "pause", "_selected_action": ids[:3]},
                               follow=True))  # fmt: skip
     assert f"Paused {ids[0]}, {ids[1]}, {ids[2]}." in paused.html
+    runs = Page(client.post(jobs.url, {"action": "run_now", "_selected_action": ids},
+                            follow=True))  # fmt: skip
+    assert f"Runs queued for {ids[0]}, {ids[1]}, {ids[2]} and 47 more;" in runs.html
+    assert runs.html.count('class="success"') == 1
 
 
 def test_paused_column_is_green_when_running_and_red_when_paused(cfg, operator):
