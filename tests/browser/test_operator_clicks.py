@@ -20,7 +20,7 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from nexopoll.models import Delivery, PollState
+from nexopoll.models import Delivery, PollJob, PollState
 from nexopoll.runtime.tick import tick_job
 from tests.runtime.conftest import Config, scripted
 
@@ -210,6 +210,14 @@ def test_click_through_job_pages_and_actions_with_every_id_character(
 def test_jobs_list_fits_1400px_and_reads_right(window, live_server, jobs):
     browser = window
     operator()
+    # config/pollers.yaml's cron job, as the reload would store it (its kind is the widest)
+    now = timezone.now()
+    PollJob.objects.create(job_id="demo_cron", kind="webhook_poll", agent="demo",
+                           schedule={"cron": "*/20 * * * * *", "tz": "Europe/Paris"},
+                           config={}, definition_hash="h")  # fmt: skip
+    PollState.objects.create(job_id="demo_cron", definition_hash="h", last_status="ok",
+                             last_run_at=now, next_run_at=now + timedelta(seconds=20),
+                             items_seen_total=123456, items_dispatched_total=98765)  # fmt: skip
     to_jobs_list(browser, live_server)
     fits = browser.execute_script(
         "const r = document.querySelector('#changelist .results');"
@@ -227,7 +235,7 @@ def test_jobs_list_fits_1400px_and_reads_right(window, live_server, jobs):
             ".getBoundingClientRect().right", col,
         )  # fmt: skip
         assert right <= fits[3], (col, right)
-    for job_id in (FEED, DEMO):
+    for job_id in (FEED, DEMO, "demo_cron"):
         row = row_of(browser, job_id)
         assert one_line(browser, row.find_element(By.CSS_SELECTOR, "td.field-schedule_col span"))
         for col in ("last_run_col", "next_run_col"):
