@@ -75,6 +75,10 @@ class JobAdmin(RuntimeOwnedAdmin):
     def error_col(self, job: Job) -> str:
         st = self._st(job)
         text = st.last_error if st else ""
+        if st is not None and st.notice:  # what the poller asked operators to know
+            at = f" {st.notice_at:%Y-%m-%d %H:%M} UTC" if st.notice_at else ""
+            note = f"notice{at}: {st.notice}"
+            text = f"{text} | {note}" if text else note
         return format_html('<span title="{}">{}</span>', text[:1000], display.truncate(text, 60))
 
     @admin.display(description="errors")
@@ -95,7 +99,10 @@ class JobAdmin(RuntimeOwnedAdmin):
     @admin.display(description="next run")
     def next_run_col(self, job: Job):  # type: ignore[no-untyped-def]
         st = self._st(job)
-        return display.when(st.next_run_at if st else None, display.job_zone(job.schedule))
+        if st is not None and st.paused:
+            return "paused"  # no next run until resumed (then: its next slot)
+        nxt = services.next_run(job, st, now=timezone.now())
+        return display.when(nxt, display.job_zone(job.schedule))
 
     @admin.display(description="seen")
     def seen_col(self, job: Job) -> int:
