@@ -234,7 +234,11 @@ class NexopollScheduler(RedBeatScheduler):
             why = self._lock_lost_why()
             if not self.lock.acquire(blocking=False):
                 # another beat took over: exit, the supervisor restarts us as standby
-                log.warning("beat.lock_lost: another beat holds the lock now; %s", why)
+                idle = time.monotonic() - self._lock_extended
+                log.warning(
+                    "beat.lock_lost: another beat holds the lock now%s",
+                    f"; {why}, and a standby took over" if idle >= self.lock_timeout else "",
+                )
                 raise
             log.warning("beat.lock_reacquired: %s", why)
         self._lock_extended = time.monotonic()

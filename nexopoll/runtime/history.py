@@ -178,10 +178,12 @@ if ARGV[3] ~= '' then
   if head then
     local ok, old = pcall(cjson.decode, head)
     if ok and old.status == 'skipped' and old.reason == ARGV[3] and not old.manual then
-      local new = cjson.decode(ARGV[1])
-      new.x = (tonumber(old.x) or 1) + 1
-      new.since = old.since or old.at
-      redis.call('LSET', KEYS[1], 0, cjson.encode(new))
+      -- the start as written (a decode and encode would round it to 14 digits)
+      local since = string.match(head, '"since":([-%d.eE+]+)') or
+                    string.match(head, '"at":([-%d.eE+]+)')
+      local n = (tonumber(old.x) or 1) + 1
+      local new = string.sub(ARGV[1], 1, -2) .. ',"x":' .. n .. ',"since":' .. since .. '}'
+      redis.call('LSET', KEYS[1], 0, new)
       return 0
     end
   end

@@ -123,6 +123,9 @@ class Command(BaseCommand):
             )
         if len(rows) == 1:
             self.stdout.write("(no jobs: run `manage.py pollers reload`)")
+        for j in jobs:  # what a poller asked operators to know (an automatic re-baseline…)
+            if j.get("notice"):
+                self.stdout.write(f"notice {j['id']} {(j['notice_at'] or '')[:19]}: {j['notice']}")
 
     def do_show(self, job_id: str, **opts: Any) -> None:
         view = services.show_job(job_id, now=timezone.now())
