@@ -8,9 +8,9 @@ def who_paused(apps, schema_editor):  # type: ignore[no-untyped-def]
     PollState = apps.get_model("nexopoll", "PollState")
     for prefix, by in (("permanent error:", "error"), ("config error:", "error"),
                        ("paused_on_boot", "boot"), ("one-shot schedule fired", "schedule")):  # fmt: skip
-        PollState.objects.filter(paused=True, paused_by="", paused_reason__startswith=prefix).update(
-            paused_by=by
-        )
+        PollState.objects.filter(
+            paused=True, paused_by="", paused_reason__startswith=prefix
+        ).update(paused_by=by)
     PollState.objects.filter(paused=True, paused_by="").update(paused_by="operator")
 
 

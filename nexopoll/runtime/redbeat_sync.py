@@ -41,10 +41,11 @@ def paused_ids(job_ids: Iterable[str] | None = None) -> set[str]:
     from ..models import PollState
 
     rows = PollState.objects.filter(paused=True)
-    if job_ids is None:
-        return set(rows.values_list("job_id", flat=True))
+    ids = None if job_ids is None else list(job_ids)
+    if ids is None or len(ids) > 10 * CHUNK:  # most jobs, likely: one query for all
+        every = set(rows.values_list("job_id", flat=True))
+        return every if ids is None else every & set(ids)
     found: set[str] = set()
-    ids = list(job_ids)
     for chunk in _chunks(ids, CHUNK):
         found.update(rows.filter(job_id__in=chunk).values_list("job_id", flat=True))
     return found
