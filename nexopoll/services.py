@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -319,11 +319,15 @@ def next_run(
     job: PollJob, state: PollState | None, *, now: datetime, jd: Any = None
 ) -> datetime | None:
     """When the job ticks next: None while paused (or a one-shot that fired); else the
-    later of its next slot after ``now`` and a wait its last tick asked for."""
+    later of its next slot after ``now`` (after an open breaker closes: the slot of its
+    trial) and a wait its last tick asked for."""
     if state is not None and state.paused:
         return None
     jd = jd or definitions.from_row(job, {})
-    nxt = next_slot(jd.schedule, after=now, offset=jd.offset)
+    after = now
+    if state is not None and state.breaker_open_until and state.breaker_open_until > now:
+        after = state.breaker_open_until - timedelta(microseconds=1)  # a slot at it: trial
+    nxt = next_slot(jd.schedule, after=after, offset=jd.offset)
     if nxt and state is not None and state.next_run_at and state.next_run_at > nxt:
         return state.next_run_at  # a Retry-After or a feed's <ttl> pushed it back
     return nxt

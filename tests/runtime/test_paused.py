@@ -171,3 +171,17 @@ def test_a_reload_that_changes_the_definition_resumes_an_error_pause(cfg, redis_
     paused = {s.job_id: s.paused_by for s in PollState.objects.filter(paused=True)}
     assert paused == {"op": "operator", "boot": "boot", "same": "error"}  # same: unchanged
     assert tick_job("err", now=timezone.now()).status == "ok"
+
+
+def test_an_open_breakers_next_run_is_its_trial_slot(cfg, redis_client):
+    from nexopoll.runtime import store
+
+    cfg.write([scripted("a", every=60)])
+    cfg.reload()
+    now = timezone.now()
+    until = now + timedelta(minutes=10)
+    store.write_state([("a", {"breaker_open_until": until})])
+    view = services.show_job("a", now=now)
+    nxt = timezone.datetime.fromisoformat(view["next_run_at"])
+    assert view["breaker"] == "open" and until <= nxt <= until + timedelta(seconds=60)
+    assert view["next_slot_at"] == view["next_run_at"]
