@@ -97,6 +97,10 @@ class JobAdmin(RuntimeOwnedAdmin):
     def error_col(self, job: Job) -> str:
         st = self._st(job)
         text = st.last_error if st else ""
+        if st is not None and st.notice:  # what the poller asked operators to know
+            at = f" {st.notice_at:%Y-%m-%d %H:%M} UTC" if st.notice_at else ""
+            note = f"notice{at}: {st.notice}"
+            text = f"{text} | {note}" if text else note
         return format_html(
             '<span class="np-err" title="{}">{}</span>', text[:1000], display.truncate(text, 60)
         )
@@ -109,7 +113,10 @@ class JobAdmin(RuntimeOwnedAdmin):
     @admin.display(description="next run")
     def next_run_col(self, job: Job):  # type: ignore[no-untyped-def]
         st = self._st(job)
-        return display.when(st.next_run_at if st else None, display.job_zone(job.schedule), False)
+        if st is not None and st.paused:
+            return "paused"  # no next run until resumed (then: its next slot)
+        nxt = services.next_run(job, st, now=timezone.now())
+        return display.when(nxt, display.job_zone(job.schedule), False)
 
     @admin.display(description="seen")
     def seen_col(self, job: Job) -> int:
@@ -313,7 +320,7 @@ def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
     for job_id, task_id in tasks.items():
         outcome = runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
         if outcome is None:
-            url = reverse("admin:admin_ext_job_change", args=[job_id])
+            url = display.job_url(job_id)
             out[job_id] = {"running": True, "task_id": task_id, "job_url": url,
                            "status_url": f"/api/pollers/{job_id}/runs/{task_id}"}  # fmt: skip
         else:

@@ -108,6 +108,13 @@ def truncate(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _repeats(e) -> str:  # type: ignore[no-untyped-def]
+    """A run of skipped ticks kept as one entry: how many, since when."""
+    if getattr(e, "repeats", 1) <= 1 or e.since is None:
+        return ""
+    return f" (x{e.repeats} since {e.since:%Y-%m-%d %H:%M:%S} UTC)"
+
+
 def tick_strip(entries: list) -> SafeString:
     """One coloured cell per tick, oldest on the left; hover for the details."""
     cells = format_html_join(
@@ -122,7 +129,8 @@ def tick_strip(entries: list) -> SafeString:
                 e.ms if e.ms is not None else "-",
                 e.seen,
                 e.dispatched,
-                f" — {truncate(e.error or e.reason, 120)}" if (e.error or e.reason) else "",
+                (f" — {truncate(e.error or e.reason, 120)}" if (e.error or e.reason) else "")
+                + _repeats(e),
             )
             for e in reversed(entries)
         ),

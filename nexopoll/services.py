@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ class ReloadResult:
     remove: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
     kept_invalid: list[str] = field(default_factory=list)
+    # replaced jobs an error had paused, resumed by this reload (an operator's pause stays)
+    resumed: list[str] = field(default_factory=list)
     issues: list[str] = field(default_factory=list)
     applied: bool = False
     source: str = ""
@@ -57,7 +59,8 @@ class ReloadResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "add": self.add, "replace": self.replace, "remove": self.remove, "keep": self.keep,
-            "kept_invalid": self.kept_invalid, "issues": self.issues, "applied": self.applied,
+            "kept_invalid": self.kept_invalid, "resumed": self.resumed, "issues": self.issues,
+            "applied": self.applied,
             "source": self.source,
         }  # fmt: skip
 
@@ -126,6 +129,8 @@ def reload_config(
     res.keep = sorted(i for i in desired if i in current and current[i] == desired[i][1])
     res.kept_invalid = sorted(invalid & set(current) - set(desired))
     if dry_run:
+        errored = PollState.objects.filter(job_id__in=res.replace, paused=True, paused_by="error")
+        res.resumed = sorted(errored.values_list("job_id", flat=True))
         return res
     say(f"writing: {len(res.add)} to add, {len(res.replace)} to replace, "
         f"{len(res.remove)} to remove, {len(res.keep)} unchanged")  # fmt: skip
@@ -133,6 +138,7 @@ def reload_config(
         _apply_agents(loaded, keep_for=res.kept_invalid)
         reloadwrite.write_jobs(desired, glob, add=res.add, replace=res.replace, now=now,
                                progress=say)  # fmt: skip
+        res.resumed = reloadwrite.resume_fixed(res.replace)
         reloadwrite.delete(PollJob, res.remove)
         store.write_state((i, {"definition_hash": ""}) for i in res.remove)
         changed = res.add + res.replace
@@ -144,6 +150,8 @@ def reload_config(
         transaction.on_commit(lambda: _retry_held(now=now))
         say("committing")
     res.applied = True
+    for job_id in res.resumed:
+        log.info("reload.resumed job=%s: paused by an error, its definition changed", job_id)
     log.info(
         "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s secs=%.1f",
         len(res.add),
@@ -213,7 +221,8 @@ def require_job(job_id: str) -> PollJob:
 
 def pause_job(job_id: str, *, reason: str = "paused by operator") -> None:
     require_job(job_id)
-    store.write_state([(job_id, {"paused": True, "paused_reason": reason})])
+    paused = {"paused": True, "paused_reason": reason, "paused_by": "operator"}
+    store.write_state([(job_id, paused)])
 
 
 def resume_job(job_id: str) -> None:
@@ -224,10 +233,7 @@ def resume_job(job_id: str) -> None:
     write), so a failing tick in flight cannot write its errors over the resume.
     """
     require_job(job_id)
-    store.write_state([(job_id, {
-        "paused": False, "paused_reason": "", "consecutive_errors": 0,
-        "breaker_open_until": None, "breaker_trips": 0, "breaker_trial_at": None,
-    })])  # fmt: skip
+    store.write_state([(job_id, reloadwrite.RESUMED)])
 
 
 def reset_job(job_id: str) -> None:
@@ -240,6 +246,7 @@ def reset_job(job_id: str) -> None:
         "cursor": None, "consecutive_errors": 0, "breaker_open_until": None,
         "breaker_trips": 0, "breaker_trial_at": None, "running_since": None, "crash_count": 0,
         "last_error": "", "alert_active": False, "last_failure_alert_at": None,
+        "notice": "", "notice_at": None,
     })])  # fmt: skip
 
 
@@ -280,8 +287,12 @@ def cursor_text(cursor: bytes | memoryview | None) -> str | None:
 
 
 def job_view(job: PollJob, state: PollState | None, *, now: datetime) -> dict[str, Any]:
+    """One job for operators. A paused job has no next run (``next_run_at`` and
+    ``next_slot_at`` are None, ``paused`` true); otherwise both are the same time: the
+    later of the next schedule slot after ``now`` and a wait the last tick asked for
+    (never a time in the past: a job resumed runs at its next slot)."""
     jd = definitions.from_row(job, {})
-    nxt = next_slot(jd.schedule, after=now, offset=jd.offset)
+    nxt = next_run(job, state, now=now, jd=jd)
     view: dict[str, Any] = {
         "id": job.job_id, "kind": job.kind, "agent": job.agent, "schedule": job.schedule,
         "stagger_ms": int(jd.offset.total_seconds() * 1000),
@@ -290,16 +301,36 @@ def job_view(job: PollJob, state: PollState | None, *, now: datetime) -> dict[st
     }  # fmt: skip
     if state is not None:
         view.update(
-            paused=state.paused, paused_reason=state.paused_reason,
+            paused=state.paused, paused_reason=state.paused_reason, paused_by=state.paused_by,
             status=state.last_status or "never", last_error=state.last_error,
+            notice=state.notice or None,
+            notice_at=state.notice_at.isoformat() if state.notice_at else None,
             consecutive_errors=state.consecutive_errors,
             breaker=_breaker_label(state, now), epoch=state.epoch,
             last_run_at=state.last_run_at.isoformat() if state.last_run_at else None,
-            next_run_at=state.next_run_at.isoformat() if state.next_run_at else None,
+            next_run_at=view["next_slot_at"],
             ticks_total=state.ticks_total, items_seen_total=state.items_seen_total,
             items_dispatched_total=state.items_dispatched_total,
         )  # fmt: skip
     return view
+
+
+def next_run(
+    job: PollJob, state: PollState | None, *, now: datetime, jd: Any = None
+) -> datetime | None:
+    """When the job ticks next: None while paused (or a one-shot that fired); else the
+    later of its next slot after ``now`` (after an open breaker closes: the slot of its
+    trial) and a wait its last tick asked for."""
+    if state is not None and state.paused:
+        return None
+    jd = jd or definitions.from_row(job, {})
+    after = now
+    if state is not None and state.breaker_open_until and state.breaker_open_until > now:
+        after = state.breaker_open_until - timedelta(microseconds=1)  # a slot at it: trial
+    nxt = next_slot(jd.schedule, after=after, offset=jd.offset)
+    if nxt and state is not None and state.next_run_at and state.next_run_at > nxt:
+        return state.next_run_at  # a Retry-After or a feed's <ttl> pushed it back
+    return nxt
 
 
 def _breaker_label(state: PollState, now: datetime) -> str:

@@ -106,7 +106,7 @@ def redact_tree(value: Any, secrets: frozenset[str]) -> Any:
 # --- the built-in tools ------------------------------------------------------------
 def _summary(view: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "kind", "agent", "paused", "paused_reason", "status", "last_error",
-            "consecutive_errors", "breaker", "last_run_at", "next_run_at")  # fmt: skip
+            "consecutive_errors", "breaker", "last_run_at", "next_run_at", "notice")  # fmt: skip
     return {k: view.get(k) for k in keys}
 
 

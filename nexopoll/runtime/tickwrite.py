@@ -56,6 +56,11 @@ def state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, 
     if decision.pause_reason:
         fields["paused"] = True
         fields["paused_reason"] = decision.pause_reason
+        # a failed tick paused it (a reload that changes its definition resumes it), or a
+        # one-shot fired
+        fields["paused_by"] = "error" if decision.status != "ok" else "schedule"
+    if ack is not None and ack.notice:
+        fields["notice"], fields["notice_at"] = ack.notice[:2000], now
     if ack is not None and ack.next_cursor is not None:
         fields["cursor"] = ack.next_cursor
     return fields
