@@ -157,6 +157,15 @@ NEXOPOLL_CONFIG = env_str("NEXOPOLL_CONFIG", str(BASE_DIR / "config" / "pollers.
 # Out-of-tree poller kinds by dotted name, "pkg.module:Class,…" (entry points also work).
 NEXOPOLL_EXTRA_POLLERS = env_str("NEXOPOLL_EXTRA_POLLERS", "")
 NEXOPOLL_API_TOKEN = env_secret("NEXOPOLL_API_TOKEN", "")
+# `${VAR}`s with a default when unset (a plain shell, the MCP server): the demo jobs in
+# config/pollers.yaml poll the web process at PORT (as `make run` sets it).
+NEXOPOLL_ENV_DEFAULTS = {
+    "NEXOPOLL_DEMO_BASE": env_str("NEXOPOLL_DEMO_BASE", "")
+    or f"http://127.0.0.1:{env_int('PORT', 8000)}",
+}
+# `${VAR}`s whose values are not secret (base URLs): shown unmasked in logs, the CLI,
+# the admin, the API and MCP. NEXOPOLL_DEMO_BASE is always public; ${file:…} never is.
+NEXOPOLL_PUBLIC_VARS = env_str("NEXOPOLL_PUBLIC_VARS", "")
 # Floor of the per-job lease TTL (DESIGN: at least 30 s). Tests shorten it.
 NEXOPOLL_LEASE_MIN_SECS = env_float("NEXOPOLL_LEASE_MIN_SECS", 30.0)
 # Upper bound of one tick's run time (the poller's deadline); never above the lease TTL.
