@@ -28,10 +28,20 @@ def run_checks(*, now: datetime) -> tuple[list[str], list[str]]:
     try:
         loaded = services.load_file(now=now)
         errors += [str(i) for i in loaded.issues]
+        warnings += _private_urls(loaded)
     except ConfigFileError as exc:
         errors += [str(i) for i in exc.issues]
     errors += _redis_problems()
     return errors, warnings
+
+
+def _private_urls(loaded) -> list[str]:  # type: ignore[no-untyped-def]
+    from nexopoll import services
+    from nexopoll.privatecheck import private_url_warnings
+    from nexopoll.runtime.registry import get_registry
+    from nexopoll.runtime.secretenv import secret_env
+
+    return private_url_warnings(loaded, secret_env(), get_registry(), str(services.config_path()))
 
 
 def _redis_problems() -> list[str]:
