@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from nexopoll import operations, services
+from nexopoll.masking import masked
 from nexopoll.models import Delivery, PollState
 
 from . import display
@@ -74,7 +75,8 @@ class JobAdmin(RuntimeOwnedAdmin):
     @admin.display(description="last error")
     def error_col(self, job: Job) -> str:
         st = self._st(job)
-        text = st.last_error if st else ""
+        # the rule of every surface (stored masked; the job's own ${VAR}s again, no query)
+        text = masked(st.last_error, [job], agents=False) if st else ""
         return format_html('<span title="{}">{}</span>', text[:1000], display.truncate(text, 60))
 
     @admin.display(description="errors")

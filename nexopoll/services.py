@@ -22,6 +22,7 @@ from nexopoll.core.yamlsrc import MAX_BYTES
 
 from . import reloadwrite
 from .channels import binding_schemas
+from .masking import masked, masked_for_ids
 from .models import Agent, PollJob, PollState
 from .runtime import definitions
 from .runtime.definitions import runtime_hash
@@ -312,7 +313,8 @@ def _breaker_label(state: PollState, now: datetime) -> str:
 
 def list_jobs(*, now: datetime) -> list[dict[str, Any]]:
     states = {s.job_id: s for s in PollState.objects.all()}
-    return [job_view(j, states.get(j.job_id), now=now) for j in PollJob.objects.all()]
+    jobs = list(PollJob.objects.all())
+    return masked([job_view(j, states.get(j.job_id), now=now) for j in jobs], jobs)
 
 
 def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
@@ -324,7 +326,7 @@ def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
     view["config"] = mask_plain_secrets(job.config)
     view["cursor"] = cursor_text(state.cursor) if state else None
     view["pending_deliveries"] = job_pending(job_id)
-    return view
+    return masked(view, [job])
 
 
 def job_pending(job_id: str) -> int:
@@ -373,7 +375,8 @@ def list_deliveries(
     rows = Delivery.objects.order_by("-created_at", "id")
     rows = rows.filter(status=status) if status else rows
     rows = rows.filter(job_id=job_id) if job_id is not None else rows
-    return [delivery_view(r) for r in rows[:limit]]
+    views = [delivery_view(r) for r in rows[:limit]]
+    return masked_for_ids(views, {v["job_id"] for v in views})
 
 
 def redeliver(
