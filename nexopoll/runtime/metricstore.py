@@ -38,9 +38,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .keys import ns
+
 log = logging.getLogger("nexopoll.metrics")
 
-PREFIX = "nexopoll:metrics:"
+PREFIX = ns("metrics:")  # "nexopoll:metrics:" (NEXOPOLL_REDIS_PREFIX)
 SEP = "\x1f"
 TICKS = PREFIX + "ticks"
 SEEN = PREFIX + "seen"
