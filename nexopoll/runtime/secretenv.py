@@ -41,11 +41,11 @@ class SecretEnv(Mapping[str, str]):
         except KeyError:
             return _defaults()[name]
 
-    def __iter__(self) -> Iterator[str]:  # the variables only: files are not enumerable
-        return iter({**_defaults(), **self._environ})
+    def __iter__(self) -> Iterator[str]:  # the variables set: files, defaults are not listed
+        return iter(self._environ)
 
     def __len__(self) -> int:
-        return len({**_defaults(), **self._environ})
+        return len(self._environ)
 
 
 def _defaults() -> dict[str, str]:
