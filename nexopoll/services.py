@@ -54,12 +54,13 @@ class ReloadResult:
     issues: list[str] = field(default_factory=list)
     applied: bool = False
     source: str = ""
+    warnings: list[str] = field(default_factory=list)  # e.g. a URL on a private address
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "add": self.add, "replace": self.replace, "remove": self.remove, "keep": self.keep,
             "kept_invalid": self.kept_invalid, "issues": self.issues, "applied": self.applied,
-            "source": self.source,
+            "source": self.source, "warnings": self.warnings,
         }  # fmt: skip
 
 
@@ -126,6 +127,7 @@ def reload_config(
     res.replace = sorted(i for i in desired if i in current and current[i] != desired[i][1])
     res.keep = sorted(i for i in desired if i in current and current[i] == desired[i][1])
     res.kept_invalid = sorted(invalid & set(current) - set(desired))
+    res.warnings = _warnings(loaded, res.source, set(res.add + res.replace))
     if dry_run:
         return res
     say(f"writing: {len(res.add)} to add, {len(res.replace)} to replace, "
@@ -156,6 +158,15 @@ def reload_config(
         time.monotonic() - started,
     )
     return res
+
+
+def _warnings(loaded: LoadedConfig, source: str, job_ids: set[str]) -> list[str]:
+    """What `pollers check` warns about the added and changed jobs (a private URL)."""
+    from .privatecheck import private_url_warnings
+
+    jobs = {i: s for i, s in loaded.jobs.items() if i in job_ids}
+    part = LoadedConfig(loaded.settings, jobs, loaded.agents, [])
+    return private_url_warnings(part, secret_env(), get_registry(), source)
 
 
 PROGRESS_JOBS = 10_000  # a reload of this many jobs or more tells how it goes

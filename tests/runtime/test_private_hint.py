@@ -62,3 +62,13 @@ def test_the_tick_error_names_the_job_and_the_field(cfg, monkeypatch):
     assert "loopback" in report.error and hint in report.error
     state = PollState.objects.get(job_id="blog")
     assert hint in state.last_error and hint in state.paused_reason
+
+
+def test_reload_warns_about_the_jobs_it_adds(cfg, settings):
+    settings.NEXOPOLL_CONFIG = str(cfg.path)
+    cfg.write([rss("blog", "http://localhost:8001/blog.xml"), rss("ok", "https://example.com/")])
+    err = StringIO()
+    call_command("pollers", "reload", stdout=StringIO(), stderr=err)
+    warned = [line for line in err.getvalue().splitlines() if "warning:" in line]
+    assert len(warned) == 1 and "jobs[blog].config.feed_url" in warned[0]
+    assert "`allow_private_networks: true` in jobs[blog].config" in warned[0]
