@@ -32,10 +32,10 @@ class SecretEnv(Mapping[str, str]):
     def __getitem__(self, name: str) -> str:
         if name.startswith(FILE_PREFIX):
             return read_secret_file(name[len(FILE_PREFIX) :])
-        if name == PUBLIC_VARS:
-            return ",".join(
-                v for v in (self._environ.get(name, ""), settings.NEXOPOLL_PUBLIC_VARS) if v
-            )
+        if name == PUBLIC_VARS:  # the process's list and the settings' (a string or names)
+            listed = settings.NEXOPOLL_PUBLIC_VARS
+            listed = listed if isinstance(listed, str) else ",".join(listed or ())
+            return ",".join(v for v in (self._environ.get(name, ""), listed) if v)
         try:
             return self._environ[name]
         except KeyError:
