@@ -72,3 +72,14 @@ def test_reload_warns_about_the_jobs_it_adds(cfg, settings):
     warned = [line for line in err.getvalue().splitlines() if "warning:" in line]
     assert len(warned) == 1 and "jobs[blog].config.feed_url" in warned[0]
     assert "`allow_private_networks: true` in jobs[blog].config" in warned[0]
+
+
+def test_a_webhook_binding_on_loopback_names_the_binding_and_the_fix():
+    from nexopoll.channels import OutboundMessage
+    from nexopoll.channels.webhook import WebhookChannel
+    from nexopoll.core.errors import ConfigError
+
+    message = OutboundMessage("d1", "blog", "ana", "webhook", "ops", {"text": "x"}, 1)
+    with pytest.raises(ConfigError) as raised:
+        WebhookChannel().send(message, {"url": "http://127.0.0.1:1/hook"}, deadline_secs=5)
+    assert "set `allow_private_networks: true` in agents.ana.webhook" in str(raised.value)
