@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from nexopoll import operations, runs, services
+from nexopoll.masking import masked
 from nexopoll.models import Delivery, PollState
 
 from . import display
@@ -96,7 +97,8 @@ class JobAdmin(RuntimeOwnedAdmin):
     @admin.display(description="last error")
     def error_col(self, job: Job) -> str:
         st = self._st(job)
-        text = st.last_error if st else ""
+        # the rule of every surface (stored masked; the job's own ${VAR}s again, no query)
+        text = masked(st.last_error, [job], agents=False) if st else ""
         if st is not None and st.notice:  # what the poller asked operators to know
             at = f" {st.notice_at:%Y-%m-%d %H:%M} UTC" if st.notice_at else ""
             note = f"notice{at}: {st.notice}"

@@ -22,6 +22,7 @@ from nexopoll.core.yamlsrc import MAX_BYTES
 
 from . import reloadwrite
 from .channels import binding_schemas
+from .masking import masked, masked_for_ids
 from .models import Agent, PollJob, PollState
 from .runtime import definitions, store
 from .runtime.definitions import runtime_hash
@@ -55,13 +56,14 @@ class ReloadResult:
     issues: list[str] = field(default_factory=list)
     applied: bool = False
     source: str = ""
+    warnings: list[str] = field(default_factory=list)  # e.g. a URL on a private address
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "add": self.add, "replace": self.replace, "remove": self.remove, "keep": self.keep,
             "kept_invalid": self.kept_invalid, "resumed": self.resumed, "issues": self.issues,
             "applied": self.applied,
-            "source": self.source,
+            "source": self.source, "warnings": self.warnings,
         }  # fmt: skip
 
 
@@ -128,6 +130,7 @@ def reload_config(
     res.replace = sorted(i for i in desired if i in current and current[i] != desired[i][1])
     res.keep = sorted(i for i in desired if i in current and current[i] == desired[i][1])
     res.kept_invalid = sorted(invalid & set(current) - set(desired))
+    res.warnings = _warnings(loaded, res.source, set(res.add + res.replace))
     if dry_run:
         errored = PollState.objects.filter(job_id__in=res.replace, paused=True, paused_by="error")
         res.resumed = sorted(errored.values_list("job_id", flat=True))
@@ -162,6 +165,15 @@ def reload_config(
         time.monotonic() - started,
     )
     return res
+
+
+def _warnings(loaded: LoadedConfig, source: str, job_ids: set[str]) -> list[str]:
+    """What `pollers check` warns about the added and changed jobs (a private URL)."""
+    from .privatecheck import private_url_warnings
+
+    jobs = {i: s for i, s in loaded.jobs.items() if i in job_ids}
+    part = LoadedConfig(loaded.settings, jobs, loaded.agents, [])
+    return private_url_warnings(part, secret_env(), get_registry(), source)
 
 
 PROGRESS_JOBS = 10_000  # a reload of this many jobs or more tells how it goes
@@ -341,7 +353,8 @@ def _breaker_label(state: PollState, now: datetime) -> str:
 
 def list_jobs(*, now: datetime) -> list[dict[str, Any]]:
     states = {s.job_id: s for s in PollState.objects.all()}
-    return [job_view(j, states.get(j.job_id), now=now) for j in PollJob.objects.all()]
+    jobs = list(PollJob.objects.all())
+    return masked([job_view(j, states.get(j.job_id), now=now) for j in jobs], jobs)
 
 
 def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
@@ -353,7 +366,7 @@ def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
     view["config"] = mask_plain_secrets(job.config)
     view["cursor"] = cursor_text(state.cursor) if state else None
     view["pending_deliveries"] = job_pending(job_id)
-    return view
+    return masked(view, [job])
 
 
 def job_pending(job_id: str) -> int:
@@ -402,7 +415,8 @@ def list_deliveries(
     rows = Delivery.objects.order_by("-created_at", "id")
     rows = rows.filter(status=status) if status else rows
     rows = rows.filter(job_id=job_id) if job_id is not None else rows
-    return [delivery_view(r) for r in rows[:limit]]
+    views = [delivery_view(r) for r in rows[:limit]]
+    return masked_for_ids(views, {v["job_id"] for v in views})
 
 
 def redeliver(

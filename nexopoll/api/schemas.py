@@ -209,6 +209,7 @@ class ReloadPlan(BaseModel):
     issues: list[str]
     applied: bool
     source: str
+    warnings: list[str] = []  # jobs that load but will fail (a URL on a private address)
 
 
 # --- the outbox --------------------------------------------------------------------

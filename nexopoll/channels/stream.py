@@ -92,6 +92,7 @@ class StreamChannel:
     ) -> None:
         from redis.exceptions import RedisError
 
+        from nexopoll.runtime.keys import ns
         from nexopoll.runtime.redis import get_redis
 
         b = StreamBinding.model_validate(binding)
@@ -101,7 +102,7 @@ class StreamChannel:
             argv += [name, value]
         try:
             get_redis().eval(
-                _XADD_ONCE, 2, key, f"nexopoll:stream:sent:{message.delivery_id}", *argv
+                _XADD_ONCE, 2, key, ns(f"stream:sent:{message.delivery_id}"), *argv
             )
         except RedisError as exc:
             raise TransientError(f"stream XADD to {key} failed: {type(exc).__name__}") from exc

@@ -47,7 +47,7 @@ from .publish import TickPublisher
 log = logging.getLogger("nexopoll.beat")
 
 #: one field per beat process (host:pid): the ticks it dispatched (a hash under the prefix)
-DISPATCHED = "nexopoll:beat:dispatched"
+DISPATCHED = keys.ns("beat:dispatched")  # NEXOPOLL_REDIS_PREFIX
 
 
 def dispatched_key() -> str:

@@ -28,12 +28,13 @@ from typing import Any
 
 import redis
 
+from .keys import ns
 from .lease import Lease, queue_script, release_in, released, rerun_if_unloaded
 
 log = logging.getLogger("nexopoll.tick")
 
 HISTORY_LEN = 100
-_PREFIX = "nexopoll:history:"
+_PREFIX = ns("history:")  # "nexopoll:history:" (NEXOPOLL_REDIS_PREFIX)
 _ERROR_CHARS = 300
 
 

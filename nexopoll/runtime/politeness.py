@@ -25,10 +25,11 @@ from typing import Any
 
 from django.conf import settings
 
+from .keys import ns
 from .lease import _script
 from .redis import get_redis
 
-PREFIX = "nexopoll:host:"
+PREFIX = ns("host:")  # "nexopoll:host:" (NEXOPOLL_REDIS_PREFIX)
 _WAIT_MIN, _WAIT_MAX = 0.005, 0.1  # seconds between tries while the host is busy
 
 # KEYS: in-flight zset, rate key prefix. ARGV: token, lease ms, in_flight cap, per_sec cap

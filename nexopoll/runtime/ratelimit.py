@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-PREFIX = "nexopoll:rate:"
+from .keys import ns
+
+PREFIX = ns("rate:")  # "nexopoll:rate:" (NEXOPOLL_REDIS_PREFIX)
 
 _ACQUIRE = """
 local t = redis.call('TIME')

@@ -286,7 +286,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         report.after_commit = list(host.post_commit)
     else:
         secrets = job.secret_values(secret_env())
-        message = redact(_describe(exc), secrets)
+        message = redact(_describe(exc, job.job_id), secrets)
         if (
             not isinstance(exc, TransientError | ConfigError)
             and classify(exc) is ErrorClass.TRANSIENT
@@ -419,9 +419,11 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
     return ack
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:2000]
+def _describe(exc: BaseException, job_id: str | None = None) -> str:
+    text = (str(exc) or type(exc).__name__)[:2000]
+    if job_id and getattr(exc, "private_opt_in", False):  # a loopback/private address
+        text += f"; to poll it, set `allow_private_networks: true` in jobs[{job_id}].config"
+    return text
 
 
 def _tb(exc: BaseException) -> str:

@@ -201,6 +201,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  {name:13} {len(ids):5}  {', '.join(ids[:20])}{' …' if len(ids) > 20 else ''}"
             )
+        for warning in res.warnings:
+            self.stderr.write(f"  warning: {warning}")
         for issue in res.issues:
             self.stderr.write(f"  rejected: {issue}")
         self._fail_on_issues(res)
