@@ -36,6 +36,10 @@ from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 
 
 def _client() -> redis.Redis:
+    if os.environ.get("NEXOPOLL_REDIS_SENTINELS"):  # follow the master, as nexopoll does
+        from nexopoll.runtime.redis import get_redis
+
+        return get_redis()
     return redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
 
 
