@@ -55,7 +55,8 @@ def _sentinels(sentinel: Any) -> dict[str, Any]:
             continue
         reachable.append(addr)
         if found and master is None:
-            master = f"{found[0]}:{found[1]}"
+            host = found[0].decode() if isinstance(found[0], bytes) else found[0]
+            master = f"{host}:{found[1]}"
     return {"master": master, "sentinels_reachable": reachable,
             "sentinels_unreachable": unreachable}  # fmt: skip
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 import redis.sentinel
@@ -27,14 +28,17 @@ MASTER = "m"
 
 
 class _Proc:
-    def __init__(self, port: int, cmd: list[str]) -> None:
+    def __init__(self, port: int, cmd: list[str], password: str = "") -> None:
         self.port = port
+        self.password = password or None
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
 
     def client(self, timeout: float = 2) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=timeout)
+        return redis.Redis(
+            port=self.port, password=self.password, decode_responses=True, socket_timeout=timeout
+        )
 
     def answers(self) -> bool:
         try:
@@ -57,12 +61,15 @@ class _Proc:
 
 
 class SentinelGroup:
-    def __init__(self) -> None:
+    def __init__(self, password: str = "", sentinel_password: str = "") -> None:
+        self.password = password  # the primary's and replica's (requirepass / masterauth)
+        self.sentinel_password = sentinel_password  # the sentinels' own (requirepass)
         self.dir = Path(tempfile.mkdtemp(prefix="nexopoll-sentinel-"))
         self.primary: _Proc | None = None
         self.replica: _Proc | None = None
         self.sentinels: list[_Proc] = []
-        self.url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
+        auth = f":{quote(password, safe='')}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{free_port()}/0"  # nobody listens there
 
     # --- lifecycle ------------------------------------------------------------
     def _server(self, name: str, *extra: str) -> _Proc:
@@ -70,7 +77,9 @@ class SentinelGroup:
         (self.dir / name).mkdir()
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "no", "--dir", str(self.dir / name), *extra]  # fmt: skip
-        proc = _Proc(port, cmd)
+        if self.password:
+            cmd += ["--requirepass", self.password, "--masterauth", self.password]
+        proc = _Proc(port, cmd, self.password)
         wait_for(proc.answers, 10, what=f"redis-server {name} on {port}")
         return proc
 
@@ -85,8 +94,15 @@ class SentinelGroup:
                 f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n"
                 f"sentinel down-after-milliseconds {MASTER} 1000\n"
                 f"sentinel failover-timeout {MASTER} 5000\n"
+                + (f"sentinel auth-pass {MASTER} {self.password}\n" if self.password else "")
+                + (
+                    f"requirepass {self.sentinel_password}\n"
+                    f"sentinel sentinel-pass {self.sentinel_password}\n"
+                    if self.sentinel_password
+                    else ""
+                )
             )
-            proc = _Proc(port, ["redis-server", str(conf), "--sentinel"])
+            proc = _Proc(port, ["redis-server", str(conf), "--sentinel"], self.sentinel_password)
             wait_for(proc.answers, 10, what=f"sentinel {i} on {port}")
             self.sentinels.append(proc)
         wait_for(self._ready, 30, interval=0.1, what="replica in sync, sentinels know each other")
@@ -127,12 +143,14 @@ class SentinelGroup:
 
     def client(self, timeout: float = 5) -> redis.Redis:
         sentinel = redis.sentinel.Sentinel(
-            [("127.0.0.1", s.port) for s in self.sentinels], sentinel_kwargs={"socket_timeout": 2}
+            [("127.0.0.1", s.port) for s in self.sentinels],
+            sentinel_kwargs={"socket_timeout": 2, "password": self.sentinel_password or None},
         )
         retry = Retry(ExponentialBackoff(cap=1, base=0.1), 10, (redis.exceptions.ConnectionError,))
         return sentinel.master_for(
-            MASTER, decode_responses=True, socket_timeout=timeout, retry=retry
-        )
+            MASTER, decode_responses=True, socket_timeout=timeout, retry=retry,
+            password=self.password or None,
+        )  # fmt: skip
 
     def promoted(self, old_port: int) -> int | None:
         """The new master's port once every sentinel names one other than ``old_port``
@@ -148,7 +166,8 @@ class SentinelGroup:
             return None
         (port,) = ports
         try:
-            role = redis.Redis(port=port, socket_timeout=2).execute_command("ROLE")[0]
+            role = redis.Redis(port=port, password=self.password or None, socket_timeout=2)
+            role = role.execute_command("ROLE")[0]
         except redis.exceptions.ConnectionError:
             return None
         return port if role in (b"master", "master") else None
