@@ -84,3 +84,17 @@ def get_sentinel() -> redis.sentinel.Sentinel | None:
     """The sentinels behind ``get_redis()`` (``None`` without Sentinel)."""
     get_redis()
     return _sentinel
+
+
+def pin_redbeat_client(app: Any) -> redis.Redis:
+    """RedBeat's client for ``app``, made to last: under Sentinel, RedBeat's ``get_redis``
+    builds a new ``master_for`` client (a new pool, new connections) on every call, each
+    entry it reads included. That client already follows failovers: keep the first one
+    for every later call."""
+    from redbeat.schedulers import REDBEAT_SENTINEL_KEY
+    from redbeat.schedulers import get_redis as redbeat_redis
+
+    client = redbeat_redis(app)
+    if hasattr(app, REDBEAT_SENTINEL_KEY):
+        delattr(app, REDBEAT_SENTINEL_KEY)  # get_redis() now returns the client it stored
+    return client

@@ -112,7 +112,9 @@ def test_redbeat_finds_the_master_through_the_sentinels(group, sentinel_settings
     app = Celery("probe", set_as_current=False)
     app.conf.redbeat_redis_url = out["CELERY_REDBEAT_REDIS_URL"]
     app.conf.redbeat_redis_options = out["CELERY_REDBEAT_REDIS_OPTIONS"]
-    client = redbeat_get_redis(app)
+    assert redbeat_get_redis(app) is not redbeat_get_redis(app)  # RedBeat: a pool per call
+    client = rmod.pin_redbeat_client(app)
+    assert redbeat_get_redis(app) is client and redbeat_get_redis(app) is client
     client.set("sentinel:redbeat", "1")
     assert rmod.get_redis().get("sentinel:redbeat") == "1"  # same master, same db
 
