@@ -3,7 +3,9 @@
 Checks: the DB answers; Redis answers; the beat lock is held and the holder's
 last loop is recent; no pending delivery is older than a threshold (a warning:
 it does not fail the endpoint, since a slow receiver is not an outage here).
-Nothing here shows a secret, a URL or a hostname.
+Nothing here shows a secret or a URL; under Redis Sentinel the ``redis`` entry names
+the current master and the sentinels this process reaches (``host:port``, as configured
+in ``NEXOPOLL_REDIS_SENTINELS``), the one place addresses appear.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from django.utils import timezone
 
 from .models import Delivery
 from .runtime import keys
-from .runtime.redis import get_redis
+from .runtime.redis import get_redis, get_sentinel
 
 
 def _db() -> dict[str, Any]:
@@ -32,7 +34,31 @@ def _db() -> dict[str, Any]:
 def _redis() -> dict[str, Any]:
     started = time.monotonic()
     get_redis().ping()
-    return {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+    out: dict[str, Any] = {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+    sentinel = get_sentinel()
+    if sentinel is not None:
+        out.update(_sentinels(sentinel))
+    return out
+
+
+def _sentinels(sentinel: Any) -> dict[str, Any]:
+    """The master the sentinels name now, and which of them answered."""
+    name = settings.NEXOPOLL_REDIS_SENTINEL.master
+    reachable, unreachable, master = [], [], None
+    for client in sentinel.sentinels:
+        kw = client.connection_pool.connection_kwargs
+        addr = f"{kw['host']}:{kw['port']}"
+        try:
+            found = client.sentinel_get_master_addr_by_name(name)
+        except Exception:  # down, refused, wrong password: only whether it answered
+            unreachable.append(addr)
+            continue
+        reachable.append(addr)
+        if found and master is None:
+            host = found[0].decode() if isinstance(found[0], bytes) else found[0]
+            master = f"{host}:{found[1]}"
+    return {"master": master, "sentinels_reachable": reachable,
+            "sentinels_unreachable": unreachable}  # fmt: skip
 
 
 def _beat() -> dict[str, Any]:

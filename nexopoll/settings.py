@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 from .env import env_bool, env_float, env_int, env_secret, env_str
+from .redisconf import celery_overrides, sentinel_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("NEXOPOLL_DATA_DIR", str(BASE_DIR / "data")))
@@ -267,6 +268,14 @@ if not all(c.isalnum() or c in "-_." for c in NEXOPOLL_REDIS_PREFIX):
         f"NEXOPOLL_REDIS_PREFIX may hold letters, digits, '-', '_' and '.', "
         f"not {NEXOPOLL_REDIS_PREFIX!r}"
     )
+# Redis Sentinel (nexopoll/redisconf.py): every client follows the current master; REDIS_URL
+# then gives only the db number and the master's password
+NEXOPOLL_REDIS_SENTINEL = sentinel_conf(
+    env_str("NEXOPOLL_REDIS_SENTINELS", ""),
+    env_str("NEXOPOLL_REDIS_SENTINEL_MASTER", ""),
+    env_secret("NEXOPOLL_REDIS_SENTINEL_PASSWORD", ""),
+    REDIS_URL,
+)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_TASK_IGNORE_RESULT = True  # ticks keep no results; "run now" does (django-celery-results)
@@ -311,6 +320,12 @@ CELERY_REDBEAT_REDIS_OPTIONS = {
     "health_check_interval": 10,
 }
 CELERY_REDBEAT_KEY_PREFIX = NEXOPOLL_REDIS_PREFIX + ":redbeat:"
+if NEXOPOLL_REDIS_SENTINEL is not None:
+    globals().update(
+        celery_overrides(
+            NEXOPOLL_REDIS_SENTINEL, CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_REDBEAT_REDIS_OPTIONS
+        )
+    )
 CELERY_REDBEAT_LOCK_TIMEOUT = env_int("NEXOPOLL_BEAT_LOCK_TIMEOUT", 30)
 CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("NEXOPOLL_BEAT_MAX_LOOP", 1.0)
 CELERY_BEAT_SCHEDULER = "nexopoll.runtime.beat:NexopollScheduler"

@@ -43,6 +43,7 @@ from nexopoll.core.schedule import next_slot, schedule_from_dict
 
 from . import keys, metricstore
 from .publish import TickPublisher
+from .redis import pin_redbeat_client
 
 log = logging.getLogger("nexopoll.beat")
 
@@ -180,7 +181,7 @@ class NexopollScheduler(RedBeatScheduler):
     @cached_property
     def client(self) -> Any:
         # RedBeat's get_redis() re-reads the Celery config on every call (~1 ms): once here
-        return get_redis(self.app)
+        return pin_redbeat_client(self.app)
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
