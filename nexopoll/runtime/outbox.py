@@ -1,9 +1,10 @@
 """Moving outbox rows onto the queue: enqueue, the sweeper, releasing held rows.
 
-A row is queued at most once at a time: publishing a deliver message stamps the
-row's ``enqueued_at`` (DB clock) and taking the row clears it, so the sweeper skips
-rows whose message is still on its way (:func:`delivery.requeue_after`) instead of
-queueing every pending row again at every sweep.
+A row is queued at most once at a time: before a deliver message is published the
+row's ``enqueued_at`` is stamped (DB clock), taking the row clears it, and a publish
+that fails clears it again, so the sweeper skips rows whose message is still on its
+way (:func:`delivery.requeue_after`) instead of queueing every pending row again at
+every sweep.
 """
 
 from __future__ import annotations
@@ -23,17 +24,21 @@ BATCH = 50  # rows per deliver message
 
 
 def enqueue(ids: list[str], *, countdown: float | None = None) -> int:
-    """Publish deliver messages for ``ids`` (in batches) and mark those rows enqueued.
+    """Mark rows enqueued and publish deliver messages for them (in batches).
 
-    Returns how many rows were queued. A failed publish is logged and its rows are
-    left unmarked, so the next sweep queues them. Never raises: it runs after
-    commits (``transaction.on_commit``), where an error would hide the commit.
+    The mark comes first: a worker may take the message the moment it is published,
+    and taking the row clears the mark; a mark written after the publish would
+    outlive that claim and hide the row from the sweeper for the whole window. A
+    failed publish clears the mark again (logged), so the next sweep queues those
+    rows. Returns how many rows were queued. Never raises: it runs after commits
+    (``transaction.on_commit``), where an error would hide the commit.
     """
     from nexopoll.celery import app
 
     queued = 0
     for start in range(0, len(ids), BATCH):
         batch = [str(i) for i in ids[start : start + BATCH]]
+        _mark(batch, enqueued=True)
         try:
             app.send_task("nexopoll.deliver", args=[batch], countdown=countdown)
         except Exception:
@@ -42,15 +47,25 @@ def enqueue(ids: list[str], *, countdown: float | None = None) -> int:
                 len(batch),
                 exc_info=True,
             )
+            _mark(batch, enqueued=False)
             continue
         queued += len(batch)
-        try:
-            Delivery.objects.filter(id__in=batch, status=DeliveryStatus.PENDING).update(
-                enqueued_at=Now()
-            )
-        except DatabaseError:  # unmarked, the rows are queued once more by the sweeper
-            log.warning("delivery.mark_enqueued_failed rows=%s", len(batch), exc_info=True)
     return queued
+
+
+def _mark(batch: list[str], *, enqueued: bool) -> None:
+    """Stamp (DB clock) or clear the pending rows' ``enqueued_at``; a DB error is logged:
+    an unmarked row is queued once more by the sweeper, a row left marked after a
+    failed publish waits for :func:`delivery.requeue_after`."""
+    try:
+        Delivery.objects.filter(id__in=batch, status=DeliveryStatus.PENDING).update(
+            enqueued_at=Now() if enqueued else None
+        )
+    except DatabaseError:
+        log.warning(
+            "delivery.mark_enqueued_failed rows=%s enqueued=%s", len(batch), enqueued,
+            exc_info=True,
+        )  # fmt: skip
 
 
 def release_held(*, now: datetime, due_only: bool = False) -> list[str]:
