@@ -400,6 +400,11 @@ def redeliver(
         if busy:
             raise RedeliverRefused(f"being sent right now: {', '.join(busy)}; try again shortly")
         chosen = [str(i) for i in selected.values_list("id", flat=True)]
+        if force:  # a channel's own "already sent" marker must not swallow the re-send
+            try:
+                outbox.forget_sent(chosen)
+            except Exception as exc:
+                raise RedeliverRefused(f"cannot send again: {type(exc).__name__}: {exc}") from exc
         Delivery.objects.filter(live_claim(), id__in=chosen, status__in=allowed).update(
             status="pending", attempts=0, next_attempt_at=now, claimed_until=None,
             enqueued_at=None, sent_at=None,

@@ -15,6 +15,8 @@ Entry fields (all strings): ``delivery_id`` (the outbox row id), ``job``,
 Exactly once into the stream: the XADD and a marker ``nexopoll:stream:sent:<id>``
 (kept a week) are one Lua script, so a retry after a lost answer finds the marker
 and adds nothing. Consumers still see an entry twice only if they fail to ACK.
+``pollers redeliver --force`` drops the marker first (:meth:`StreamChannel.forget_sent`),
+so a forced re-send adds the entry again for a consumer that lost it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ local id = redis.call(unpack(args))
 redis.call('SET', KEYS[2], id, 'EX', ARGV[2])
 return id
 """
+
+
+def sent_marker(delivery_id: str) -> str:
+    return f"nexopoll:stream:sent:{delivery_id}"
 
 
 def topic_for(binding: StreamBinding) -> str:
@@ -100,8 +106,13 @@ class StreamChannel:
         for name, value in entry_fields(message).items():
             argv += [name, value]
         try:
-            get_redis().eval(
-                _XADD_ONCE, 2, key, f"nexopoll:stream:sent:{message.delivery_id}", *argv
-            )
+            get_redis().eval(_XADD_ONCE, 2, key, sent_marker(message.delivery_id), *argv)
         except RedisError as exc:
             raise TransientError(f"stream XADD to {key} failed: {type(exc).__name__}") from exc
+
+    def forget_sent(self, delivery_ids: list[str]) -> None:
+        """Drop the rows' "already added" markers: their next send adds an entry again."""
+        from nexopoll.runtime.redis import get_redis
+
+        if delivery_ids:
+            get_redis().delete(*[sent_marker(i) for i in delivery_ids])

@@ -68,6 +68,26 @@ def _mark(batch: list[str], *, enqueued: bool) -> None:
         )  # fmt: skip
 
 
+def forget_sent(ids: list[str]) -> None:
+    """Before a forced redeliver: let each row's channel forget that it sent the row
+    (its ``forget_sent(ids)``, if it has one: the stream channel drops its per-row
+    marker), so the send goes out again instead of being swallowed as a repeat.
+    Raises when a channel cannot forget (Redis down): the redeliver is refused."""
+    from nexopoll.channels import get_channel
+    from nexopoll.core.errors import ConfigError
+
+    by_channel: dict[str, list[str]] = {}
+    for row_id, name in Delivery.objects.filter(id__in=ids).values_list("id", "channel"):
+        by_channel.setdefault(name, []).append(str(row_id))
+    for name, rows in sorted(by_channel.items()):
+        try:
+            forget = getattr(get_channel(name), "forget_sent", None)
+        except ConfigError:  # an unknown channel: the send holds the row
+            continue
+        if forget is not None:
+            forget(rows)
+
+
 def release_held(*, now: datetime, due_only: bool = False) -> list[str]:
     """Move held rows back to pending, due at ``now``; return their ids.
 
