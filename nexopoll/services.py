@@ -369,7 +369,7 @@ def redeliver(
     the ids queued again (the delivery ids receivers see do not change).
     """
     from .models import Delivery
-    from .runtime import outbox
+    from .runtime import dbclock, outbox
     from .runtime.delivery import live_claim
 
     if bool(ids) == (job_id is not None):
@@ -406,7 +406,7 @@ def redeliver(
             except Exception as exc:
                 raise RedeliverRefused(f"cannot send again: {type(exc).__name__}: {exc}") from exc
         Delivery.objects.filter(live_claim(), id__in=chosen, status__in=allowed).update(
-            status="pending", attempts=0, next_attempt_at=now, claimed_until=None,
+            status="pending", attempts=0, next_attempt_at=dbclock.to_db(now), claimed_until=None,
             enqueued_at=None, sent_at=None,
         )  # fmt: skip
         transaction.on_commit(lambda: outbox.enqueue(chosen))

@@ -23,8 +23,10 @@ Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
 worker whose own clock runs ahead cannot take a row another worker is sending. A
 claim bounds its send, and an outcome is written only under the worker's own claim
 (:mod:`nexopoll.runtime.claims`; a send that lost its row: outcome ``lost``).
-The ``clock`` a caller passes still decides when a row is due and its backoff
-(a fast clock sends a retry early, never twice at once).
+The ``clock`` a caller passes decides when a row is due and its backoff: due
+times are kept in the DB's clock (:mod:`nexopoll.runtime.dbclock`; the deliver
+task and the sweeper pass ``dbclock.now``), so a worker whose clock is off neither
+delays rows nor sends them early.
 """
 
 from __future__ import annotations

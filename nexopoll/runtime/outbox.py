@@ -16,7 +16,7 @@ from django.db import DatabaseError
 from django.db.models.functions import Now
 
 from ..models import Delivery, DeliveryStatus
-from . import delivery
+from . import dbclock, delivery
 
 log = logging.getLogger("nexopoll.delivery")
 
@@ -110,8 +110,9 @@ def release_held(*, now: datetime, due_only: bool = False) -> list[str]:
 
 
 def retry_held_after_reload(*, now: datetime) -> int:
-    """A reload may have fixed what held rows wait for: try every one of them now."""
-    return enqueue(release_held(now=now))
+    """A reload may have fixed what held rows wait for: try every one of them now
+    (``now`` from the reloading process's clock, stamped in the DB's)."""
+    return enqueue(release_held(now=dbclock.to_db(now)))
 
 
 def sweep(*, now: datetime) -> dict[str, int]:

@@ -10,7 +10,7 @@ from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
 
 from ..models import Delivery
-from . import pacing, store
+from . import dbclock, pacing, store
 from .host import PendingDelivery
 from .secretenv import secret_env
 
@@ -61,7 +61,8 @@ def state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, 
 
 
 def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
-    due = pacing.due_times(t.job, report.deliveries, now=t.now)
+    stamp = dbclock.to_db(t.now)  # due times in the clock every worker reads them by
+    due = pacing.due_times(t.job, report.deliveries, now=stamp)
     rows = [
         Delivery(
             job_id=t.job.job_id,
@@ -72,7 +73,7 @@ def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.T
             recipient=d.recipient,
             payload=d.payload,
             next_attempt_at=at,
-            created_at=t.now,
+            created_at=stamp,
         )
         for d, at in zip(report.deliveries, due, strict=True)
     ]
