@@ -10,7 +10,7 @@ every sweep.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 from django.db.models.functions import Now
@@ -35,12 +35,16 @@ def enqueue(ids: list[str], *, countdown: float | None = None) -> int:
     """
     from nexopoll.celery import app
 
+    # Celery would turn a countdown into an eta by this process's clock, which a worker
+    # whose clock is right then holds for as long as this one runs fast: the eta is
+    # taken in the DB's clock instead
+    eta = None if countdown is None else dbclock.now() + timedelta(seconds=countdown)
     queued = 0
     for start in range(0, len(ids), BATCH):
         batch = [str(i) for i in ids[start : start + BATCH]]
         _mark(batch, enqueued=True)
         try:
-            app.send_task("nexopoll.deliver", args=[batch], countdown=countdown)
+            app.send_task("nexopoll.deliver", args=[batch], eta=eta)
         except Exception:
             log.warning(
                 "delivery.enqueue_failed rows=%s: the sweeper will send them",

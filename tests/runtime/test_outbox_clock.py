@@ -15,6 +15,7 @@ from nexopoll import tasks
 from nexopoll.models import Delivery
 from nexopoll.runtime import dbclock
 from nexopoll.runtime.tick import tick_job
+from tests.support.celeryqueue import deliver_etas
 from tests.support.sink import Sink
 
 from .conftest import scripted
@@ -81,3 +82,17 @@ def test_a_slow_sweeper_queues_rows_due_now(rows, redis_client):
             due = Delivery.objects.get(id=ids[0]).next_attempt_at
             assert due - true_now(redis_client) < timedelta(seconds=30)
             assert tasks.deliver.run(ids[:1]) == {ids[0]: "wait"}
+
+
+def test_a_fast_worker_requeues_a_waiting_row_with_an_eta_in_db_time(rows, redis_client):
+    """A row not due for 2 s more goes back on the queue with a countdown; Celery would
+    make that an eta by the fast worker's clock (300 s late for everyone else)."""
+    with Sink() as sink:
+        (row_id,) = rows(sink.url, 1)
+        due = true_now(redis_client) + timedelta(seconds=2)
+        Delivery.objects.filter(id=row_id).update(next_attempt_at=due)
+        redis_client.delete("nexopoll")
+        with time_machine.travel(timezone.now() + SKEW, tick=True):
+            assert tasks.deliver.run([row_id]) == {row_id: "wait"}
+        eta = datetime.fromisoformat(deliver_etas(redis_client)[row_id])
+        assert abs(eta - due) < timedelta(seconds=1), eta - due
