@@ -37,17 +37,6 @@ def burst(client: redis.Redis, rate: float, chats: int, secs: float) -> list[flo
     return granted
 
 
-def most_in_any_second(times_ms: list[float]) -> int:
-    """The largest number of ``times_ms`` inside one 1,000 ms window."""
-    ts = sorted(times_ms)
-    best, lo = 0, 0
-    for hi, t in enumerate(ts):
-        while t - ts[lo] >= 1000:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
-
-
 if __name__ == "__main__":
     url, rate, chats, secs = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     print("go", flush=True)
