@@ -133,3 +133,28 @@ def test_a_send_that_lost_its_claim_writes_nothing_over_the_new_one(blocking, fi
     second.join(10)
     assert second.outcome == "sent"
     assert Delivery.objects.get(id=row_id).status == "sent"
+
+
+def test_a_stream_send_to_a_stalled_redis_ends_before_its_claim(cfg, redis_client, settings):
+    """Redis stops answering (SIGSTOP) while a stream row is sent under a 2 s claim: the
+    XADD gives up before the claim ends (the shared client would wait 10 s)."""
+    from nexopoll.runtime import redis as rmod
+    from tests.support.procs import RedisServer
+
+    settings.NEXOPOLL_DELIVERY_CLAIM_SECS = CLAIM
+    (row_id,) = commit(cfg, redis_client, "stream", "42", {"account": "ana_bot"})
+    stalled = RedisServer()
+    stalled.start()
+    good = settings.REDIS_URL
+    settings.REDIS_URL, rmod._client = stalled.url, None
+    stalled.pause()
+    try:
+        worker = Worker(row_id, timezone.now() + timedelta(days=1))
+        worker.start()
+        worker.join(20)
+    finally:
+        stalled.resume()
+        settings.REDIS_URL, rmod._client = good, None
+        stalled.stop()
+    assert worker.outcome == "retry" and worker.secs < CLAIM, (worker.outcome, worker.secs)
+    assert "XADD" in Delivery.objects.get(id=row_id).last_error
