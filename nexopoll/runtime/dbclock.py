@@ -10,7 +10,8 @@ Reading it for every row would cost a round trip each, so each process keeps its
 offset to that clock (:func:`offset`), measured again every :data:`REFRESH_SECS`, or
 at once when the local clock jumps (an NTP step). Offsets under
 :data:`NEGLIGIBLE` count as 0 (the measure's own noise; the sweeper's grace is 5 s).
-When the clock cannot be read, the last offset stays (0 before the first).
+When the clock cannot be read, the last offset stays (0 before the first) for
+:data:`RETRY_SECS`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from redis.exceptions import RedisError
 log = logging.getLogger("nexopoll.delivery")
 
 REFRESH_SECS = 60.0
+RETRY_SECS = 5.0  # after the clock could not be read
 NEGLIGIBLE = timedelta(seconds=1)
 _JUMP_SECS = 0.5  # the wall clock moved this far against the monotonic one: measure again
 
@@ -75,11 +77,14 @@ def offset() -> timedelta:
             return _offset  # type: ignore[return-value]
     measured = _measure()
     with _lock:
-        if measured is not None:
-            if _offset is not None and measured != _offset:
-                log.info("dbclock.offset secs=%.3f", measured.total_seconds())
-            _offset, _measured_at, _wall_minus_mono = measured, mono, wall_minus_mono
-        return _offset or timedelta(0)
+        if measured is None:  # keep the last offset; try again in RETRY_SECS, not per row
+            _offset = _offset or timedelta(0)
+            _measured_at, _wall_minus_mono = mono - REFRESH_SECS + RETRY_SECS, wall_minus_mono
+            return _offset
+        if _offset is not None and measured != _offset:
+            log.info("dbclock.offset secs=%.3f", measured.total_seconds())
+        _offset, _measured_at, _wall_minus_mono = measured, mono, wall_minus_mono
+        return measured
 
 
 def to_db(local: datetime) -> datetime:
