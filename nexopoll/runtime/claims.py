@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -27,8 +28,16 @@ CLAIM_MARGIN_SECS, CLAIM_MARGIN_SHARE = 5.0, 0.2
 
 
 def claim_secs() -> float:
-    """How long a sender holds a row (``NEXOPOLL_DELIVERY_CLAIM_SECS``, default 90 s)."""
-    return float(getattr(settings, "NEXOPOLL_DELIVERY_CLAIM_SECS", CLAIM_SECS))
+    """How long a sender holds a row: ``NEXOPOLL_DELIVERY_CLAIM_SECS`` when set to other
+    than the default, else ``delivery.CLAIM`` (90 s; code may set it)."""
+    from . import delivery
+
+    configured = float(getattr(settings, "NEXOPOLL_DELIVERY_CLAIM_SECS", 0) or CLAIM_SECS)
+    if configured != CLAIM_SECS:
+        return configured
+    if delivery.CLAIM != timedelta(seconds=CLAIM_SECS):
+        return delivery.CLAIM.total_seconds()
+    return float(delivery.CLAIM_SECS)
 
 
 def send_deadline(claimed_at: float) -> float:
@@ -38,7 +47,9 @@ def send_deadline(claimed_at: float) -> float:
     hold = claim_secs()
     margin = min(CLAIM_MARGIN_SECS, hold * CLAIM_MARGIN_SHARE)
     left = hold - margin - (time.monotonic() - claimed_at)
-    configured = getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", SEND_DEADLINE_SECS)
+    from . import delivery
+
+    configured = getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", delivery.SEND_DEADLINE_SECS)
     return max(min(float(configured), left), 0.05)
 
 
