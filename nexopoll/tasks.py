@@ -8,7 +8,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from .runtime import batch, dbclock, delivery, outbox
+from .runtime import batch, delivery, outbox
 from .runtime.tick import tick_job
 
 DB_RETRIES = 6  # 0.5 + 1 + 2 + 4 + 8 + 16 s: then the next slot takes over
@@ -47,14 +47,14 @@ def tick_batch(jobs: list[list]) -> dict[str, int]:
 
 @shared_task(name="nexopoll.deliver", ignore_result=True)
 def deliver(ids: list[str]) -> dict[str, str]:
-    outcomes = delivery.deliver_rows(ids, clock=dbclock.now)  # due times are in DB time
+    outcomes = delivery.deliver_rows(ids, clock=timezone.now)
     deferred = [i for i, outcome in outcomes.items() if outcome == "deferred"]
     if deferred:
         outbox.enqueue(deferred)
     # short backoffs, paced rows and rows waiting for a rate-limit turn go straight
     # back on the queue with a countdown; the sweeper covers the rest when due
     later = [i for i, outcome in outcomes.items() if outcome in ("retry", "wait")]
-    soon = delivery.requeue_soon(later, now=dbclock.now())
+    soon = delivery.requeue_soon(later, now=timezone.now())
     if soon is not None:
         outbox.enqueue(soon[0], countdown=soon[1])
     return outcomes
@@ -62,7 +62,7 @@ def deliver(ids: list[str]) -> dict[str, str]:
 
 @shared_task(name="nexopoll.sweep_outbox", ignore_result=True)
 def sweep_outbox() -> dict[str, int]:
-    return outbox.sweep(now=dbclock.now())
+    return outbox.sweep(now=timezone.now())
 
 
 @shared_task(name="nexopoll.run_now", ignore_result=False)

@@ -23,10 +23,10 @@ Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
 worker whose own clock runs ahead cannot take a row another worker is sending. A
 claim bounds its send, and an outcome is written only under the worker's own claim
 (:mod:`nexopoll.runtime.claims`; a send that lost its row: outcome ``lost``).
-The ``clock`` a caller passes decides when a row is due and its backoff: due
-times are kept in the DB's clock (:mod:`nexopoll.runtime.dbclock`; the deliver
-task and the sweeper pass ``dbclock.now``), so a worker whose clock is off neither
-delays rows nor sends them early.
+The ``clock`` a caller passes decides when a row is due and its backoff, taken in
+the DB's clock (:mod:`nexopoll.runtime.dbclock`: this process's offset to it), as
+every due time is: a worker whose clock is off neither delays rows nor sends them
+early.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from nexopoll.core.errors import (
 from nexopoll.core.redact import redact, secret_values
 
 from ..models import Agent, Delivery, DeliveryStatus
-from . import claims, metricstore, ratelimit
+from . import claims, dbclock, metricstore, ratelimit
 from .redis import get_redis
 from .secretenv import secret_env
 
@@ -86,8 +86,9 @@ def deliver_rows(
     (sent | retry | dead | held | skipped | deferred | wait | lost).
 
     The clock is read per row (a claim or a backoff must not start from a time
-    taken before a slow send). Rows left when ``budget_secs`` is spent are
-    ``deferred``: the caller re-enqueues them, so one task never outlives its limits.
+    taken before a slow send) and taken in the DB's clock (:mod:`.dbclock`). Rows left
+    when ``budget_secs`` is spent are ``deferred``: the caller re-enqueues them, so one
+    task never outlives its limits.
     """
     outcomes: dict[str, str] = {}
     started = time.monotonic()
@@ -95,7 +96,7 @@ def deliver_rows(
         if time.monotonic() - started > budget_secs:
             outcomes[i] = "deferred"
         else:
-            outcomes[i] = deliver_one(i, now=clock())
+            outcomes[i] = deliver_one(i, now=dbclock.to_db(clock()))
     metricstore.record_outcomes(outcomes)  # poller_deliveries_total{channel,status}
     return outcomes
 
@@ -337,7 +338,9 @@ def requeue_after() -> timedelta:
 
 def requeue_soon(ids: list[str], *, now: datetime) -> tuple[list[str], float] | None:
     """Of ``ids``, the pending rows due within :data:`REQUEUE_WITHIN_SECS` and the
-    countdown to the soonest of them; None when there are none."""
+    countdown to the soonest of them; None when there are none. ``now`` is read from
+    this process's clock (compared in the DB's)."""
+    now = dbclock.to_db(now)
     due = list(
         Delivery.objects.filter(
             id__in=ids,

@@ -121,7 +121,9 @@ def retry_held_after_reload(*, now: datetime) -> int:
 
 def sweep(*, now: datetime) -> dict[str, int]:
     """One sweeper pass: dead-letter rows out of attempts, release held rows whose
-    periodic retry has come, and queue due rows nobody has queued recently."""
+    periodic retry has come, and queue due rows nobody has queued recently. ``now`` is
+    read from this process's clock (compared in the DB's)."""
+    now = dbclock.to_db(now)
     dead = delivery.dead_letter_exhausted(now=now)
     released = release_held(now=now, due_only=True)
     ids = delivery.due_rows(now=now)  # released rows are among them: due now, not queued
