@@ -16,7 +16,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from .models import Delivery
 from .runtime import keys
@@ -79,15 +78,18 @@ def _beat() -> dict[str, Any]:
 
 
 def _outbox() -> dict[str, Any]:
+    from .runtime import dbclock
+
     threshold = settings.NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS
-    cutoff = timezone.now() - timedelta(seconds=threshold)
+    now = dbclock.now()  # due times are in the DB's clock
+    cutoff = now - timedelta(seconds=threshold)
     old = Delivery.objects.filter(status="pending", next_attempt_at__lt=cutoff)
     oldest = old.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
     return {
         "ok": oldest is None,
         "critical": False,
         "stale_pending": old.count(),
-        "oldest_age_secs": round((timezone.now() - oldest).total_seconds()) if oldest else None,
+        "oldest_age_secs": round((now - oldest).total_seconds()) if oldest else None,
         "max_age_secs": threshold,
     }
 

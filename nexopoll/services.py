@@ -432,7 +432,7 @@ def redeliver(
     the ids queued again (the delivery ids receivers see do not change).
     """
     from .models import Delivery
-    from .runtime import outbox
+    from .runtime import dbclock, outbox
     from .runtime.delivery import live_claim
 
     if bool(ids) == (job_id is not None):
@@ -463,8 +463,13 @@ def redeliver(
         if busy:
             raise RedeliverRefused(f"being sent right now: {', '.join(busy)}; try again shortly")
         chosen = [str(i) for i in selected.values_list("id", flat=True)]
+        if force:  # a channel's own "already sent" marker must not swallow the re-send
+            try:
+                outbox.forget_sent(chosen)
+            except Exception as exc:
+                raise RedeliverRefused(f"cannot send again: {type(exc).__name__}: {exc}") from exc
         Delivery.objects.filter(live_claim(), id__in=chosen, status__in=allowed).update(
-            status="pending", attempts=0, next_attempt_at=now, claimed_until=None,
+            status="pending", attempts=0, next_attempt_at=dbclock.to_db(now), claimed_until=None,
             enqueued_at=None, sent_at=None,
         )  # fmt: skip
         transaction.on_commit(lambda: outbox.enqueue(chosen))

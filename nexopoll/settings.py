@@ -203,6 +203,8 @@ NEXOPOLL_BATCH_THREADS = env_int("NEXOPOLL_BATCH_THREADS", 32)
 # Outbox: delivery attempts before a row is dead-lettered; the sweeper period.
 NEXOPOLL_DELIVERY_MAX_ATTEMPTS = env_int("NEXOPOLL_DELIVERY_MAX_ATTEMPTS", 8)
 NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)
+# A sender holds a row this long (DB clock); its send ends a margin before that.
+NEXOPOLL_DELIVERY_CLAIM_SECS = env_float("NEXOPOLL_DELIVERY_CLAIM_SECS", 90.0)
 NEXOPOLL_SWEEP_SECS = env_float("NEXOPOLL_SWEEP_SECS", 15.0)
 # The stream channel caps each Redis Stream with MAXLEN ~ this many entries.
 NEXOPOLL_STREAM_MAXLEN = env_int("NEXOPOLL_STREAM_MAXLEN", 100_000)
