@@ -72,16 +72,15 @@ run: venv redis migrate reload static flower-auth data/secret_key
 	  echo "flower: http://127.0.0.1:$${NEXOPOLL_FLOWER_PORT:-5555}  user admin, password in data/flower-password"; fi
 	@echo "admin:  http://127.0.0.1:$(PORT)/admin/  (create a login: .venv/bin/nexopoll createsuperuser; source .venv/bin/activate puts nexopoll on PATH)"
 	@echo "health: http://127.0.0.1:$(PORT)/healthz    stop everything: Ctrl-C, then make stop"
-	@echo $$$$ > data/run.pid; \
-	if [ -z "$$DJANGO_SECRET_KEY$$DJANGO_SECRET_KEY_FILE" ]; then \
+	@if [ -z "$$DJANGO_SECRET_KEY$$DJANGO_SECRET_KEY_FILE" ]; then \
 	  export DJANGO_SECRET_KEY_FILE=$(CURDIR)/data/secret_key; fi; \
 	NEXOPOLL_FLOWER_BASIC_AUTH="$${NEXOPOLL_FLOWER_BASIC_AUTH:-admin:$$(cat data/flower-password 2>/dev/null)}" \
-	  exec honcho start -p $(PORT) -f Procfile web worker beat flower
+	  exec $(PY) -m nexopoll.devstack run data/run.pid -- honcho start -p $(PORT) -f Procfile web worker beat flower
 
-# Stop what `make run` started, the redis-server it daemonised included.
+# Stop what `make run` started, the redis-server it daemonised included; returns once
+# every process has exited (nexopoll/devstack.py), so `make stop && make run` is safe.
 stop:
-	@if [ -s data/run.pid ] && kill -0 $$(cat data/run.pid) 2>/dev/null; then \
-	  kill -TERM $$(cat data/run.pid) && echo "stopped the make run processes"; fi; rm -f data/run.pid
+	@$(PYTHON) -m nexopoll.devstack stop data/run.pid
 	@if [ -s data/redis.pid ] && kill -0 $$(cat data/redis.pid) 2>/dev/null; then \
 	  kill -TERM $$(cat data/redis.pid) && echo "stopped redis-server (pid $$(cat data/redis.pid))"; \
 	  for i in $$(seq 50); do kill -0 $$(cat data/redis.pid) 2>/dev/null || break; sleep 0.1; done; \

@@ -12,14 +12,16 @@ import time
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 
 from nexopoll import operations, runs, services
+from nexopoll.masking import masked
 from nexopoll.models import Delivery, PollState
 
 from . import display
@@ -32,11 +34,20 @@ from .reload_view import reload_view
 OPERATE = "admin_ext.operate_job"
 
 
+def _newest_deliveries(job_id: str, n: int = 50) -> list[Delivery]:
+    """The job page's deliveries, newest first, with short ids and UTC times as the list."""
+    rows = list(Delivery.objects.filter(job_id=job_id).order_by("-created_at", "-id")[:n])
+    for d in rows:
+        d.short_id = display.short_id(d.id)  # type: ignore[attr-defined]
+        d.created = display.stamp(d.created_at)  # type: ignore[attr-defined]
+    return rows
+
+
 @admin.register(Job)
 class JobAdmin(RuntimeOwnedAdmin):
     list_display = (
         "job_id", "kind", "agent", "schedule_col", "paused_col", "status_col", "error_col",
-        "errors_col", "breaker_col", "last_run_col", "next_run_col", "seen_col", "dispatched_col",
+        "last_run_col", "next_run_col", "seen_col", "dispatched_col",
     )  # fmt: skip
     list_filter = (PausedFilter, BreakerFilter, FailingFilter, "kind", "agent")
     search_fields = ("job_id",)
@@ -61,44 +72,53 @@ class JobAdmin(RuntimeOwnedAdmin):
 
     @admin.display(description="schedule")
     def schedule_col(self, job: Job) -> str:
-        return display.schedule_words(job.schedule)
+        return display.schedule_cell(job.schedule)
 
-    @admin.display(description="paused", boolean=True)
-    def paused_col(self, job: Job) -> bool | None:
+    @admin.display(description="paused")
+    def paused_col(self, job: Job) -> str:
         st = self._st(job)
-        return st.paused if st else None
+        return display.paused_label(bool(st and st.paused), st.paused_reason if st else "")
 
     @admin.display(description="last status")
     def status_col(self, job: Job) -> str:
+        """The status badge, then the error streak (``x3``) and the breaker when not closed."""
         st = self._st(job)
         status = (st.last_status if st else "") or "never"
-        return format_html('<span class="np-badge np-{}">{}</span>', status, status)
+        streak = f" \u00d7{st.consecutive_errors}" if st and st.consecutive_errors else ""
+        breaker = display.breaker_label(st.breaker_open_until if st else None, timezone.now())
+        return format_html(
+            '<span class="np-badge np-{}">{}</span>{} {}', status, status, streak,
+            "" if breaker == "closed" else format_html(
+                '<span class="np-badge np-breaker" title="breaker {}">breaker {}</span>',
+                breaker, "open" if breaker == "open" else "½",
+            ),
+        )  # fmt: skip
 
     @admin.display(description="last error")
     def error_col(self, job: Job) -> str:
         st = self._st(job)
-        text = st.last_error if st else ""
-        return format_html('<span title="{}">{}</span>', text[:1000], display.truncate(text, 60))
-
-    @admin.display(description="errors")
-    def errors_col(self, job: Job) -> int:
-        st = self._st(job)
-        return st.consecutive_errors if st else 0
-
-    @admin.display(description="breaker")
-    def breaker_col(self, job: Job) -> str:
-        st = self._st(job)
-        return display.breaker_label(st.breaker_open_until if st else None, timezone.now())
+        # the rule of every surface (stored masked; the job's own ${VAR}s again, no query)
+        text = masked(st.last_error, [job], agents=False) if st else ""
+        if st is not None and st.notice:  # what the poller asked operators to know
+            at = f" {st.notice_at:%Y-%m-%d %H:%M} UTC" if st.notice_at else ""
+            note = f"notice{at}: {st.notice}"
+            text = f"{text} | {note}" if text else note
+        return format_html(
+            '<span class="np-err" title="{}">{}</span>', text[:1000], display.truncate(text, 60)
+        )
 
     @admin.display(description="last run")
     def last_run_col(self, job: Job):  # type: ignore[no-untyped-def]
         st = self._st(job)
-        return display.when(st.last_run_at if st else None, display.job_zone(job.schedule))
+        return display.when(st.last_run_at if st else None, display.job_zone(job.schedule), False)
 
     @admin.display(description="next run")
     def next_run_col(self, job: Job):  # type: ignore[no-untyped-def]
         st = self._st(job)
-        return display.when(st.next_run_at if st else None, display.job_zone(job.schedule))
+        if st is not None and st.paused:
+            return "paused"  # no next run until resumed (then: its next slot)
+        nxt = services.next_run(job, st, now=timezone.now())
+        return display.when(nxt, display.job_zone(job.schedule), False)
 
     @admin.display(description="seen")
     def seen_col(self, job: Job) -> int:
@@ -111,8 +131,9 @@ class JobAdmin(RuntimeOwnedAdmin):
         return st.items_dispatched_total if st else 0
 
     # --- actions --------------------------------------------------------------------
-    def _each(self, request, queryset, verb, fn) -> int:  # type: ignore[no-untyped-def]
-        done = 0
+    def _each(self, request, queryset, verb, fn) -> list[str]:  # type: ignore[no-untyped-def]
+        """Apply ``fn`` to each selected job; the ids it was applied to, for the message."""
+        done = []
         for job in queryset:
             try:
                 fn(job.job_id)
@@ -120,27 +141,32 @@ class JobAdmin(RuntimeOwnedAdmin):
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             self.log_change(request, job, f"{verb} (nexopoll admin)")
-            done += 1
+            done.append(job.job_id)
         return done
+
+    def _done(self, request, past: str, ids: list[str], tail: str = "") -> None:
+        if ids:
+            self.message_user(
+                request, f"{past} {display.id_list(ids)}{tail}.", messages.SUCCESS
+            )
 
     @admin.action(description="Pause selected jobs", permissions=["operate"])
     def pause(self, request, queryset):  # type: ignore[no-untyped-def]
-        n = self._each(
+        ids = self._each(
             request, queryset, "pause",
             lambda j: services.pause_job(j, reason=f"paused by {request.user.get_username()}"),
         )  # fmt: skip
-        self.message_user(request, f"Paused {n} job(s).", messages.SUCCESS)
+        self._done(request, "Paused", ids)
 
     @admin.action(description="Resume selected jobs", permissions=["operate"])
     def resume(self, request, queryset):  # type: ignore[no-untyped-def]
-        n = self._each(request, queryset, "resume", services.resume_job)
-        self.message_user(request, f"Resumed {n} job(s).", messages.SUCCESS)
+        self._done(request, "Resumed", self._each(request, queryset, "resume", services.resume_job))
 
     @admin.action(description="Reset selected jobs (clears cursors)…", permissions=["operate"])
     def reset(self, request, queryset):  # type: ignore[no-untyped-def]
         if request.POST.get("post") == "yes":
-            n = self._each(request, queryset, "reset", services.reset_job)
-            self.message_user(request, f"Reset {n} job(s): cursors cleared.", messages.SUCCESS)
+            ids = self._each(request, queryset, "reset", services.reset_job)
+            self._done(request, "Reset", ids, ": cursors cleared")
             return None
         states = PollState.objects.in_bulk([j.job_id for j in queryset])
         rows = [
@@ -167,13 +193,18 @@ class JobAdmin(RuntimeOwnedAdmin):
 
     @admin.action(description="Run selected jobs now", permissions=["operate"])
     def run_now(self, request, queryset):  # type: ignore[no-untyped-def]
+        queued = []
         for job in queryset:
             task_id = operations.run_now_async(job.job_id)
             self.log_change(request, job, f"run now (task {task_id})")
-            self.message_user(
-                request, f"{job.job_id}: run queued as task {task_id}; see the job's page.",
-                messages.SUCCESS,
-            )  # fmt: skip
+            queued.append((job.job_id, task_id))
+        if len(queued) == 1:  # "Job …" first: Django capitalises a message's first letter
+            job_id, task_id = queued[0]
+            msg = f"Job {job_id}: run queued as task {task_id}; see the job's page."
+        else:
+            ids = display.id_list([job_id for job_id, _ in queued])
+            msg = f"Runs queued for {ids}; each job's page shows its result."
+        self.message_user(request, msg, messages.SUCCESS)
 
     @admin.action(description="Dry run selected jobs (commits nothing)", permissions=["operate"])
     def dry_run(self, request, queryset):  # type: ignore[no-untyped-def]
@@ -199,7 +230,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         return mine + super().get_urls()
 
     def change_view(self, request, object_id, form_url="", extra_context=None):  # type: ignore[no-untyped-def]
-        job = self.get_object(request, object_id)
+        job = self.get_object(request, unquote(object_id))  # ids in admin URLs are quote()d
         if job is None or not self.has_view_permission(request, job):
             return super().change_view(request, object_id, form_url, extra_context)
         now = timezone.now()
@@ -222,7 +253,7 @@ class JobAdmin(RuntimeOwnedAdmin):
             "cursor_text": cursor,
             "history": entries,
             "strip": display.tick_strip(entries),
-            "deliveries": Delivery.objects.filter(job_id=job.job_id).order_by("-created_at")[:50],
+            "deliveries": _newest_deliveries(job.job_id),
             "preview": operations.preview_job(job.job_id, now=now, count=10),
             "runs": operations.run_now_results(job.job_id),
             "can_operate": self.has_operate_permission(request),
@@ -230,18 +261,16 @@ class JobAdmin(RuntimeOwnedAdmin):
         return TemplateResponse(request, self.change_form_template, context)
 
     def _job_or_404(self, request, object_id):  # type: ignore[no-untyped-def]
-        from django.http import Http404
-
-        job = self.get_object(request, object_id)
+        job = self.get_object(request, unquote(object_id))
         if job is None:
-            raise Http404(f"no job {object_id!r}")
+            raise Http404(f"no job {unquote(object_id)!r}")
         if request.method != "POST" or not self.has_operate_permission(request):
             raise PermissionDenied
         return job
 
     def job_verb(self, request, object_id, verb):  # type: ignore[no-untyped-def]
         job = self._job_or_404(request, object_id)
-        back = reverse("admin:admin_ext_job_change", args=[job.job_id])
+        back = display.job_url(job.job_id)
         if verb == "dry-run":
             return self.dry_run(request, Job.objects.filter(job_id=job.job_id))
         if verb == "reset":
@@ -255,10 +284,10 @@ class JobAdmin(RuntimeOwnedAdmin):
         return HttpResponseRedirect(back)
 
     def rewind_view(self, request, object_id, tick):  # type: ignore[no-untyped-def]
-        job = self.get_object(request, object_id)
+        job = self.get_object(request, unquote(object_id))
         if job is None or not self.has_operate_permission(request):
             raise PermissionDenied
-        back = reverse("admin:admin_ext_job_change", args=[job.job_id])
+        back = display.job_url(job.job_id)
         entry = next((e for e in operations.tick_history(job.job_id) if e.n == tick), None)
         if request.method == "POST" and request.POST.get("post") == "yes":
             try:
@@ -268,7 +297,7 @@ class JobAdmin(RuntimeOwnedAdmin):
                 return HttpResponseRedirect(back)
             self.log_change(request, job, f"rewind to tick {tick}")
             self.message_user(
-                request, f"{job.job_id}: cursor rewound to tick #{tick}.", messages.SUCCESS
+                request, f"Job {job.job_id}: cursor rewound to tick #{tick}.", messages.SUCCESS
             )
             return HttpResponseRedirect(back)
         return TemplateResponse(
@@ -293,7 +322,7 @@ def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
     for job_id, task_id in tasks.items():
         outcome = runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
         if outcome is None:
-            url = reverse("admin:admin_ext_job_change", args=[job_id])
+            url = display.job_url(job_id)
             out[job_id] = {"running": True, "task_id": task_id, "job_url": url,
                            "status_url": f"/api/pollers/{job_id}/runs/{task_id}"}  # fmt: skip
         else:

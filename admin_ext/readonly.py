@@ -12,6 +12,9 @@ class RuntimeOwnedAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
 
+    class Media:
+        css = {"all": ("admin_ext/nexopoll.css",)}  # one-line times and ids, badges
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -7,6 +7,9 @@ worker with ``prefetch 1`` keeps waiting for an ack that will never come and sto
 fetching for good. Here the slot is freed whatever Redis answered; the message's
 unacked copy in Redis is restored after the visibility timeout and runs again,
 which ticks and deliveries tolerate (lease, epoch fencing, delivery claims).
+With Redis Sentinel (``NEXOPOLL_REDIS_SENTINELS``) the broker is kombu's sentinel
+transport with the same fix (``SentinelTransport``): it asks the sentinels for the
+current master on every new connection, so a failover costs one reconnect.
 """
 
 from __future__ import annotations
@@ -45,9 +48,18 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(kombu_redis.SentinelChannel):
+    QoS = QoS
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel
+
+
 app = Celery("nexopoll")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.broker_transport = "nexopoll.celery:Transport"
+_sentinel = str(app.conf.broker_url or "").startswith("sentinel://")
+app.conf.broker_transport = f"nexopoll.celery:{'SentinelTransport' if _sentinel else 'Transport'}"
 # RedBeat looks its options up by their bare names; set them so, not only under the
 # CELERY_ namespace (otherwise it warns and falls back to the broker settings).
 app.conf.update(

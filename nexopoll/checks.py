@@ -8,6 +8,7 @@ problems and exit non-zero.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django.core import checks
@@ -27,10 +28,20 @@ def run_checks(*, now: datetime) -> tuple[list[str], list[str]]:
     try:
         loaded = services.load_file(now=now)
         errors += [str(i) for i in loaded.issues]
+        warnings += _private_urls(loaded)
     except ConfigFileError as exc:
         errors += [str(i) for i in exc.issues]
     errors += _redis_problems()
     return errors, warnings
+
+
+def _private_urls(loaded) -> list[str]:  # type: ignore[no-untyped-def]
+    from nexopoll import services
+    from nexopoll.privatecheck import private_url_warnings
+    from nexopoll.runtime.registry import get_registry
+    from nexopoll.runtime.secretenv import secret_env
+
+    return private_url_warnings(loaded, secret_env(), get_registry(), str(services.config_path()))
 
 
 def _redis_problems() -> list[str]:
@@ -50,8 +61,23 @@ def _redis_problems() -> list[str]:
 
 _HINT = (
     "pollers.yaml is not applied: the last good definitions keep running. "
-    "Fix it, then run `nexopoll reload` (`nexopoll check` lists the problems)."
+    "Fix it, then run `python manage.py pollers reload` "
+    "(`python manage.py pollers check` lists the problems)."
 )
+_UNSET = re.compile(r"environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set")
+
+
+def hint_for(issue: str) -> str:
+    """The hint of a warning about ``issue``: what to do so that following it works."""
+    unset = _UNSET.search(issue)
+    if unset is None:
+        return _HINT
+    name = unset.group(1)
+    return (
+        f"pollers.yaml is not applied: the last good definitions keep running. Set {name} "
+        f"in the environment of the worker and beat and in this shell (`export {name}=...`), "
+        "or replace the reference in pollers.yaml; then run `python manage.py pollers reload`."
+    )
 
 
 @checks.register("nexopoll")
@@ -64,7 +90,11 @@ def pollers_yaml_check(app_configs, **kwargs):  # type: ignore[no-untyped-def]
     try:
         loaded = services.load_file(now=timezone.now())
     except ConfigFileError as exc:
-        return [checks.Warning(str(i), hint=_HINT, id="nexopoll.W002") for i in exc.issues]
+        return [_warning(str(i), "nexopoll.W002") for i in exc.issues]
     except Exception:  # registry or DB not ready: the dedicated command reports it
         return []
-    return [checks.Warning(str(i), hint=_HINT, id="nexopoll.W001") for i in loaded.issues]
+    return [_warning(str(i), "nexopoll.W001") for i in loaded.issues]
+
+
+def _warning(issue: str, id_: str) -> checks.Warning:
+    return checks.Warning(issue, hint=hint_for(issue), id=id_)

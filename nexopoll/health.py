@@ -3,7 +3,9 @@
 Checks: the DB answers; Redis answers; the beat lock is held and the holder's
 last loop is recent; no pending delivery is older than a threshold (a warning:
 it does not fail the endpoint, since a slow receiver is not an outage here).
-Nothing here shows a secret, a URL or a hostname.
+Nothing here shows a secret or a URL; under Redis Sentinel the ``redis`` entry names
+the current master and the sentinels this process reaches (``host:port``, as configured
+in ``NEXOPOLL_REDIS_SENTINELS``), the one place addresses appear.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from .models import Delivery
 from .runtime import keys
-from .runtime.redis import get_redis
+from .runtime.redis import get_redis, get_sentinel
 
 
 def _db() -> dict[str, Any]:
@@ -32,7 +33,31 @@ def _db() -> dict[str, Any]:
 def _redis() -> dict[str, Any]:
     started = time.monotonic()
     get_redis().ping()
-    return {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+    out: dict[str, Any] = {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+    sentinel = get_sentinel()
+    if sentinel is not None:
+        out.update(_sentinels(sentinel))
+    return out
+
+
+def _sentinels(sentinel: Any) -> dict[str, Any]:
+    """The master the sentinels name now, and which of them answered."""
+    name = settings.NEXOPOLL_REDIS_SENTINEL.master
+    reachable, unreachable, master = [], [], None
+    for client in sentinel.sentinels:
+        kw = client.connection_pool.connection_kwargs
+        addr = f"{kw['host']}:{kw['port']}"
+        try:
+            found = client.sentinel_get_master_addr_by_name(name)
+        except Exception:  # down, refused, wrong password: only whether it answered
+            unreachable.append(addr)
+            continue
+        reachable.append(addr)
+        if found and master is None:
+            host = found[0].decode() if isinstance(found[0], bytes) else found[0]
+            master = f"{host}:{found[1]}"
+    return {"master": master, "sentinels_reachable": reachable,
+            "sentinels_unreachable": unreachable}  # fmt: skip
 
 
 def _beat() -> dict[str, Any]:
@@ -53,15 +78,18 @@ def _beat() -> dict[str, Any]:
 
 
 def _outbox() -> dict[str, Any]:
+    from .runtime import dbclock
+
     threshold = settings.NEXOPOLL_HEALTH_OUTBOX_MAX_AGE_SECS
-    cutoff = timezone.now() - timedelta(seconds=threshold)
+    now = dbclock.now()  # due times are in the DB's clock
+    cutoff = now - timedelta(seconds=threshold)
     old = Delivery.objects.filter(status="pending", next_attempt_at__lt=cutoff)
     oldest = old.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
     return {
         "ok": oldest is None,
         "critical": False,
         "stale_pending": old.count(),
-        "oldest_age_secs": round((timezone.now() - oldest).total_seconds()) if oldest else None,
+        "oldest_age_secs": round((now - oldest).total_seconds()) if oldest else None,
         "max_age_secs": threshold,
     }
 

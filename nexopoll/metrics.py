@@ -51,6 +51,7 @@ from .metricstext import Family
 from .models import Delivery, PollJob, PollState
 from .runtime import logredact
 from .runtime import metricstore as ms
+from .runtime.redis import new_client
 
 log = logging.getLogger("nexopoll.metrics")
 
@@ -93,10 +94,7 @@ def _scrape_redis() -> redis.Redis:
     key = (settings.REDIS_URL, os.getpid())
     client = _clients.get(key)
     if client is None:
-        client = _clients[key] = redis.Redis.from_url(
-            settings.REDIS_URL, decode_responses=True, encoding_errors="replace",
-            socket_timeout=10, socket_connect_timeout=5,
-        )  # fmt: skip
+        client = _clients[key] = new_client(encoding_errors="replace", health_check_interval=0)
     return client
 
 

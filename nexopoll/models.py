@@ -66,6 +66,9 @@ class PollState(models.Model):
     cursor = models.BinaryField(null=True, blank=True)
     paused = models.BooleanField(default=False)
     paused_reason = models.TextField(blank=True, default="")
+    # who paused it: operator | boot (paused_on_boot) | error (a permanent or config
+    # error: a reload that changes the definition resumes it) | schedule (a one-shot fired)
+    paused_by = models.CharField(max_length=16, blank=True, default="")
     consecutive_errors = models.IntegerField(default=0)
     breaker_open_until = models.DateTimeField(null=True, blank=True)
     breaker_trips = models.IntegerField(default=0)
@@ -76,6 +79,10 @@ class PollState(models.Model):
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_status = models.CharField(max_length=MAX_STATUS, choices=TickStatus.choices, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # what a poller's tick asked operators to know (TickAck.notice), e.g. an automatic
+    # re-baseline that skipped changes; shown beside last_error, masked
+    notice = models.TextField(blank=True, default="")
+    notice_at = models.DateTimeField(null=True, blank=True)
     last_latency_ms = models.IntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     ticks_total = models.BigIntegerField(default=0)

@@ -19,6 +19,7 @@ from django.db.models import Q
 
 from .core.config.values import mask_plain_secrets
 from .core.preview import FireTime, preview
+from .masking import masked
 from .models import Delivery, PollJob, PollState
 from .runtime import definitions, history, store
 from .runtime.redis import get_redis
@@ -60,9 +61,9 @@ def cursor_pretty(cursor: bytes | memoryview | None) -> tuple[str, str]:
 
 
 def tick_history(job_id: str, limit: int = history.HISTORY_LEN) -> list[history.TickEntry]:
-    require_job(job_id)
+    job = require_job(job_id)
     try:
-        return history.entries(get_redis(), job_id, limit)
+        return masked(history.entries(get_redis(), job_id, limit), [job])
     except Exception as exc:  # Redis down: the page still renders, without history
         log.warning("history.unavailable job=%s: %s", job_id, exc)
         return []

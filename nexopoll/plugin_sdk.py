@@ -64,16 +64,20 @@ class Result:
     next_interval_secs: int | None = None
     items_seen: int = 0
     items_dispatched: int = 0
+    notice: str | None = None  # shown on the job's status (TickAck.notice)
 
     def wire(self) -> dict[str, Any]:
         cursor = None
         if self.next_cursor is not None:
             cursor = base64.urlsafe_b64encode(self.next_cursor).rstrip(b"=").decode()
-        return {
+        out: dict[str, Any] = {
             "next_cursor": cursor,
             "next_interval_secs": self.next_interval_secs,
             "metrics": {"items_seen": self.items_seen, "items_dispatched": self.items_dispatched},
         }
+        if self.notice:
+            out["notice"] = self.notice
+        return out
 
 
 class _Conn:

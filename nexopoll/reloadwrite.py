@@ -112,7 +112,8 @@ def write_jobs(
     fresh = [i for i in add if i not in had_state]
     states = [
         {"job_id": i, "definition_hash": desired[i][1], "paused": desired[i][0].paused_on_boot,
-         "paused_reason": "paused_on_boot" if desired[i][0].paused_on_boot else ""}
+         "paused_reason": "paused_on_boot" if desired[i][0].paused_on_boot else "",
+         "paused_by": "boot" if desired[i][0].paused_on_boot else ""}
         for i in fresh
     ]  # fmt: skip
     insert_rows(PollState, states, progress)
@@ -121,10 +122,30 @@ def write_jobs(
     rehash = [(i, {"definition_hash": desired[i][1]}) for i in replace]
     for i in add:
         if i in had_state:
-            paused = {"paused": True, "paused_reason": "paused_on_boot"}
+            paused = {"paused": True, "paused_reason": "paused_on_boot", "paused_by": "boot"}
             rehash.append((i, {"definition_hash": desired[i][1],
                                **(paused if desired[i][0].paused_on_boot else {})}))  # fmt: skip
     store.write_state(rehash)
+
+
+#: what a reload clears on a job it resumes (as ``services.resume_job`` does)
+RESUMED = {
+    "paused": False, "paused_reason": "", "paused_by": "", "consecutive_errors": 0,
+    "breaker_open_until": None, "breaker_trips": 0, "breaker_trial_at": None,
+}  # fmt: skip
+
+
+def resume_fixed(job_ids: list[str]) -> list[str]:
+    """Resume those of ``job_ids`` (jobs whose definition a reload changed) that a
+    permanent or config error paused: the fix may be in the new definition; if not, its
+    first tick pauses it again. An operator's pause and ``paused_on_boot`` stay.
+    Returns the ids resumed."""
+    rows = PollState.objects.filter(paused=True, paused_by="error")
+    found: list[str] = []
+    for chunk in chunks(job_ids):
+        found += rows.filter(job_id__in=chunk).values_list("job_id", flat=True)
+    store.write_state((i, RESUMED) for i in sorted(found))
+    return sorted(found)
 
 
 def _job_row(spec: Any, rhash: str) -> dict[str, Any]:

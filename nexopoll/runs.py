@@ -19,11 +19,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import services
+from .runtime.keys import ns
 
 log = logging.getLogger("nexopoll.services")
 
 RUN_NOW_TASK = "nexopoll.run_now"
-MARK_PREFIX = "nexopoll:run:"
+MARK_PREFIX = ns("run:")  # "nexopoll:run:" (NEXOPOLL_REDIS_PREFIX)
 
 
 class QueueUnavailable(Exception):

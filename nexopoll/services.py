@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from nexopoll.core.yamlsrc import MAX_BYTES
 
 from . import reloadwrite
 from .channels import binding_schemas
+from .masking import masked, masked_for_ids
 from .models import Agent, PollJob, PollState
 from .runtime import definitions, store
 from .runtime.definitions import runtime_hash
@@ -50,15 +51,19 @@ class ReloadResult:
     remove: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
     kept_invalid: list[str] = field(default_factory=list)
+    # replaced jobs an error had paused, resumed by this reload (an operator's pause stays)
+    resumed: list[str] = field(default_factory=list)
     issues: list[str] = field(default_factory=list)
     applied: bool = False
     source: str = ""
+    warnings: list[str] = field(default_factory=list)  # e.g. a URL on a private address
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "add": self.add, "replace": self.replace, "remove": self.remove, "keep": self.keep,
-            "kept_invalid": self.kept_invalid, "issues": self.issues, "applied": self.applied,
-            "source": self.source,
+            "kept_invalid": self.kept_invalid, "resumed": self.resumed, "issues": self.issues,
+            "applied": self.applied,
+            "source": self.source, "warnings": self.warnings,
         }  # fmt: skip
 
 
@@ -125,7 +130,10 @@ def reload_config(
     res.replace = sorted(i for i in desired if i in current and current[i] != desired[i][1])
     res.keep = sorted(i for i in desired if i in current and current[i] == desired[i][1])
     res.kept_invalid = sorted(invalid & set(current) - set(desired))
+    res.warnings = _warnings(loaded, res.source, set(res.add + res.replace))
     if dry_run:
+        errored = PollState.objects.filter(job_id__in=res.replace, paused=True, paused_by="error")
+        res.resumed = sorted(errored.values_list("job_id", flat=True))
         return res
     say(f"writing: {len(res.add)} to add, {len(res.replace)} to replace, "
         f"{len(res.remove)} to remove, {len(res.keep)} unchanged")  # fmt: skip
@@ -133,6 +141,7 @@ def reload_config(
         _apply_agents(loaded, keep_for=res.kept_invalid)
         reloadwrite.write_jobs(desired, glob, add=res.add, replace=res.replace, now=now,
                                progress=say)  # fmt: skip
+        res.resumed = reloadwrite.resume_fixed(res.replace)
         reloadwrite.delete(PollJob, res.remove)
         store.write_state((i, {"definition_hash": ""}) for i in res.remove)
         changed = res.add + res.replace
@@ -144,6 +153,8 @@ def reload_config(
         transaction.on_commit(lambda: _retry_held(now=now))
         say("committing")
     res.applied = True
+    for job_id in res.resumed:
+        log.info("reload.resumed job=%s: paused by an error, its definition changed", job_id)
     log.info(
         "reload.applied add=%s replace=%s remove=%s keep=%s invalid=%s secs=%.1f",
         len(res.add),
@@ -154,6 +165,15 @@ def reload_config(
         time.monotonic() - started,
     )
     return res
+
+
+def _warnings(loaded: LoadedConfig, source: str, job_ids: set[str]) -> list[str]:
+    """What `pollers check` warns about the added and changed jobs (a private URL)."""
+    from .privatecheck import private_url_warnings
+
+    jobs = {i: s for i, s in loaded.jobs.items() if i in job_ids}
+    part = LoadedConfig(loaded.settings, jobs, loaded.agents, [])
+    return private_url_warnings(part, secret_env(), get_registry(), source)
 
 
 PROGRESS_JOBS = 10_000  # a reload of this many jobs or more tells how it goes
@@ -213,7 +233,8 @@ def require_job(job_id: str) -> PollJob:
 
 def pause_job(job_id: str, *, reason: str = "paused by operator") -> None:
     require_job(job_id)
-    store.write_state([(job_id, {"paused": True, "paused_reason": reason})])
+    paused = {"paused": True, "paused_reason": reason, "paused_by": "operator"}
+    store.write_state([(job_id, paused)])
 
 
 def resume_job(job_id: str) -> None:
@@ -224,10 +245,7 @@ def resume_job(job_id: str) -> None:
     write), so a failing tick in flight cannot write its errors over the resume.
     """
     require_job(job_id)
-    store.write_state([(job_id, {
-        "paused": False, "paused_reason": "", "consecutive_errors": 0,
-        "breaker_open_until": None, "breaker_trips": 0, "breaker_trial_at": None,
-    })])  # fmt: skip
+    store.write_state([(job_id, reloadwrite.RESUMED)])
 
 
 def reset_job(job_id: str) -> None:
@@ -240,6 +258,7 @@ def reset_job(job_id: str) -> None:
         "cursor": None, "consecutive_errors": 0, "breaker_open_until": None,
         "breaker_trips": 0, "breaker_trial_at": None, "running_since": None, "crash_count": 0,
         "last_error": "", "alert_active": False, "last_failure_alert_at": None,
+        "notice": "", "notice_at": None,
     })])  # fmt: skip
 
 
@@ -280,8 +299,12 @@ def cursor_text(cursor: bytes | memoryview | None) -> str | None:
 
 
 def job_view(job: PollJob, state: PollState | None, *, now: datetime) -> dict[str, Any]:
+    """One job for operators. A paused job has no next run (``next_run_at`` and
+    ``next_slot_at`` are None, ``paused`` true); otherwise both are the same time: the
+    later of the next schedule slot after ``now`` and a wait the last tick asked for
+    (never a time in the past: a job resumed runs at its next slot)."""
     jd = definitions.from_row(job, {})
-    nxt = next_slot(jd.schedule, after=now, offset=jd.offset)
+    nxt = next_run(job, state, now=now, jd=jd)
     view: dict[str, Any] = {
         "id": job.job_id, "kind": job.kind, "agent": job.agent, "schedule": job.schedule,
         "stagger_ms": int(jd.offset.total_seconds() * 1000),
@@ -290,16 +313,36 @@ def job_view(job: PollJob, state: PollState | None, *, now: datetime) -> dict[st
     }  # fmt: skip
     if state is not None:
         view.update(
-            paused=state.paused, paused_reason=state.paused_reason,
+            paused=state.paused, paused_reason=state.paused_reason, paused_by=state.paused_by,
             status=state.last_status or "never", last_error=state.last_error,
+            notice=state.notice or None,
+            notice_at=state.notice_at.isoformat() if state.notice_at else None,
             consecutive_errors=state.consecutive_errors,
             breaker=_breaker_label(state, now), epoch=state.epoch,
             last_run_at=state.last_run_at.isoformat() if state.last_run_at else None,
-            next_run_at=state.next_run_at.isoformat() if state.next_run_at else None,
+            next_run_at=view["next_slot_at"],
             ticks_total=state.ticks_total, items_seen_total=state.items_seen_total,
             items_dispatched_total=state.items_dispatched_total,
         )  # fmt: skip
     return view
+
+
+def next_run(
+    job: PollJob, state: PollState | None, *, now: datetime, jd: Any = None
+) -> datetime | None:
+    """When the job ticks next: None while paused (or a one-shot that fired); else the
+    later of its next slot after ``now`` (after an open breaker closes: the slot of its
+    trial) and a wait its last tick asked for."""
+    if state is not None and state.paused:
+        return None
+    jd = jd or definitions.from_row(job, {})
+    after = now
+    if state is not None and state.breaker_open_until and state.breaker_open_until > now:
+        after = state.breaker_open_until - timedelta(microseconds=1)  # a slot at it: trial
+    nxt = next_slot(jd.schedule, after=after, offset=jd.offset)
+    if nxt and state is not None and state.next_run_at and state.next_run_at > nxt:
+        return state.next_run_at  # a Retry-After or a feed's <ttl> pushed it back
+    return nxt
 
 
 def _breaker_label(state: PollState, now: datetime) -> str:
@@ -310,7 +353,8 @@ def _breaker_label(state: PollState, now: datetime) -> str:
 
 def list_jobs(*, now: datetime) -> list[dict[str, Any]]:
     states = {s.job_id: s for s in PollState.objects.all()}
-    return [job_view(j, states.get(j.job_id), now=now) for j in PollJob.objects.all()]
+    jobs = list(PollJob.objects.all())
+    return masked([job_view(j, states.get(j.job_id), now=now) for j in jobs], jobs)
 
 
 def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
@@ -322,7 +366,7 @@ def show_job(job_id: str, *, now: datetime) -> dict[str, Any]:
     view["config"] = mask_plain_secrets(job.config)
     view["cursor"] = cursor_text(state.cursor) if state else None
     view["pending_deliveries"] = job_pending(job_id)
-    return view
+    return masked(view, [job])
 
 
 def job_pending(job_id: str) -> int:
@@ -371,7 +415,8 @@ def list_deliveries(
     rows = Delivery.objects.order_by("-created_at", "id")
     rows = rows.filter(status=status) if status else rows
     rows = rows.filter(job_id=job_id) if job_id is not None else rows
-    return [delivery_view(r) for r in rows[:limit]]
+    views = [delivery_view(r) for r in rows[:limit]]
+    return masked_for_ids(views, {v["job_id"] for v in views})
 
 
 def redeliver(
@@ -387,7 +432,7 @@ def redeliver(
     the ids queued again (the delivery ids receivers see do not change).
     """
     from .models import Delivery
-    from .runtime import outbox
+    from .runtime import dbclock, outbox
     from .runtime.delivery import live_claim
 
     if bool(ids) == (job_id is not None):
@@ -418,8 +463,13 @@ def redeliver(
         if busy:
             raise RedeliverRefused(f"being sent right now: {', '.join(busy)}; try again shortly")
         chosen = [str(i) for i in selected.values_list("id", flat=True)]
+        if force:  # a channel's own "already sent" marker must not swallow the re-send
+            try:
+                outbox.forget_sent(chosen)
+            except Exception as exc:
+                raise RedeliverRefused(f"cannot send again: {type(exc).__name__}: {exc}") from exc
         Delivery.objects.filter(live_claim(), id__in=chosen, status__in=allowed).update(
-            status="pending", attempts=0, next_attempt_at=now, claimed_until=None,
+            status="pending", attempts=0, next_attempt_at=dbclock.to_db(now), claimed_until=None,
             enqueued_at=None, sent_at=None,
         )  # fmt: skip
         transaction.on_commit(lambda: outbox.enqueue(chosen))

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 from .env import env_bool, env_float, env_int, env_secret, env_str
+from .redisconf import celery_overrides, sentinel_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("NEXOPOLL_DATA_DIR", str(BASE_DIR / "data")))
@@ -160,6 +161,15 @@ NEXOPOLL_CONFIG = env_str("NEXOPOLL_CONFIG", str(BASE_DIR / "config" / "pollers.
 # Out-of-tree poller kinds by dotted name, "pkg.module:Class,…" (entry points also work).
 NEXOPOLL_EXTRA_POLLERS = env_str("NEXOPOLL_EXTRA_POLLERS", "")
 NEXOPOLL_API_TOKEN = env_secret("NEXOPOLL_API_TOKEN", "")
+# `${VAR}`s with a default when unset (a plain shell, the MCP server): the demo jobs in
+# config/pollers.yaml poll the web process at PORT (as `make run` sets it).
+NEXOPOLL_ENV_DEFAULTS = {
+    "NEXOPOLL_DEMO_BASE": env_str("NEXOPOLL_DEMO_BASE", "")
+    or f"http://127.0.0.1:{env_int('PORT', 8000)}",
+}
+# `${VAR}`s whose values are not secret (base URLs): shown unmasked in logs, the CLI,
+# the admin, the API and MCP. NEXOPOLL_DEMO_BASE is always public; ${file:…} never is.
+NEXOPOLL_PUBLIC_VARS = env_str("NEXOPOLL_PUBLIC_VARS", "")
 # Floor of the per-job lease TTL (DESIGN: at least 30 s). Tests shorten it.
 NEXOPOLL_LEASE_MIN_SECS = env_float("NEXOPOLL_LEASE_MIN_SECS", 30.0)
 # Upper bound of one tick's run time (the poller's deadline); never above the lease TTL.
@@ -193,6 +203,8 @@ NEXOPOLL_BATCH_THREADS = env_int("NEXOPOLL_BATCH_THREADS", 32)
 # Outbox: delivery attempts before a row is dead-lettered; the sweeper period.
 NEXOPOLL_DELIVERY_MAX_ATTEMPTS = env_int("NEXOPOLL_DELIVERY_MAX_ATTEMPTS", 8)
 NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)
+# A sender holds a row this long (DB clock); its send ends a margin before that.
+NEXOPOLL_DELIVERY_CLAIM_SECS = env_float("NEXOPOLL_DELIVERY_CLAIM_SECS", 90.0)
 NEXOPOLL_SWEEP_SECS = env_float("NEXOPOLL_SWEEP_SECS", 15.0)
 # The stream channel caps each Redis Stream with MAXLEN ~ this many entries.
 NEXOPOLL_STREAM_MAXLEN = env_int("NEXOPOLL_STREAM_MAXLEN", 100_000)
@@ -248,6 +260,24 @@ NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 
 # --- Celery -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Every Redis key nexopoll writes starts with this (leases, rate limits, politeness,
+# semaphores, history, metrics, RedBeat's entries and lock), and it names the Celery
+# queue: two deployments sharing one Redis set different prefixes. The default keeps
+# the names of earlier versions ("nexopoll:…", queue "nexopoll").
+NEXOPOLL_REDIS_PREFIX = env_str("NEXOPOLL_REDIS_PREFIX", "nexopoll") or "nexopoll"
+if not all(c.isalnum() or c in "-_." for c in NEXOPOLL_REDIS_PREFIX):
+    raise ImproperlyConfigured(
+        f"NEXOPOLL_REDIS_PREFIX may hold letters, digits, '-', '_' and '.', "
+        f"not {NEXOPOLL_REDIS_PREFIX!r}"
+    )
+# Redis Sentinel (nexopoll/redisconf.py): every client follows the current master; REDIS_URL
+# then gives only the db number and the master's password
+NEXOPOLL_REDIS_SENTINEL = sentinel_conf(
+    env_str("NEXOPOLL_REDIS_SENTINELS", ""),
+    env_str("NEXOPOLL_REDIS_SENTINEL_MASTER", ""),
+    env_secret("NEXOPOLL_REDIS_SENTINEL_PASSWORD", ""),
+    REDIS_URL,
+)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_TASK_IGNORE_RESULT = True  # ticks keep no results; "run now" does (django-celery-results)
@@ -274,6 +304,12 @@ _VISIBILITY = env_int(
 )
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": _VISIBILITY,
+    # another prefix also moves kombu's own keys (unacked, bindings, events, control)
+    **(
+        {"global_keyprefix": NEXOPOLL_REDIS_PREFIX + ":"}
+        if NEXOPOLL_REDIS_PREFIX != "nexopoll"
+        else {}
+    ),
     "unacked_restore_throttle": env_float("NEXOPOLL_UNACKED_RESTORE_THROTTLE", 0.1),
     "socket_timeout": 10,
     "socket_connect_timeout": 5,
@@ -285,20 +321,30 @@ CELERY_REDBEAT_REDIS_OPTIONS = {
     "socket_connect_timeout": 5,
     "health_check_interval": 10,
 }
-CELERY_REDBEAT_KEY_PREFIX = "nexopoll:redbeat:"
+CELERY_REDBEAT_KEY_PREFIX = NEXOPOLL_REDIS_PREFIX + ":redbeat:"
+if NEXOPOLL_REDIS_SENTINEL is not None:
+    globals().update(
+        celery_overrides(
+            NEXOPOLL_REDIS_SENTINEL, CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_REDBEAT_REDIS_OPTIONS
+        )
+    )
 CELERY_REDBEAT_LOCK_TIMEOUT = env_int("NEXOPOLL_BEAT_LOCK_TIMEOUT", 30)
 CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("NEXOPOLL_BEAT_MAX_LOOP", 1.0)
 CELERY_BEAT_SCHEDULER = "nexopoll.runtime.beat:NexopollScheduler"
 CELERY_BEAT_SCHEDULE = {
     "nexopoll-sweep-outbox": {"task": "nexopoll.sweep_outbox", "schedule": NEXOPOLL_SWEEP_SECS},
 }
-CELERY_TASK_DEFAULT_QUEUE = "nexopoll"
+# The Procfile's worker passes no -Q: it consumes CELERY_TASK_QUEUES, this queue.
+CELERY_TASK_DEFAULT_QUEUE = NEXOPOLL_REDIS_PREFIX
 # Publish through the nameless exchange: kombu's Redis transport then pushes to the
 # queue's list directly instead of looking up `_kombu.binding.*` keys, which a
 # flushed Redis loses (publishes would be dropped until every worker restarts).
-CELERY_TASK_QUEUES = (Queue("nexopoll", Exchange("", type="direct"), routing_key="nexopoll"),)
+CELERY_TASK_QUEUES = (
+    Queue(CELERY_TASK_DEFAULT_QUEUE, Exchange("", type="direct"),
+          routing_key=CELERY_TASK_DEFAULT_QUEUE),
+)  # fmt: skip
 CELERY_TASK_DEFAULT_EXCHANGE = ""
-CELERY_TASK_DEFAULT_ROUTING_KEY = "nexopoll"
+CELERY_TASK_DEFAULT_ROUTING_KEY = CELERY_TASK_DEFAULT_QUEUE
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # a file, not :memory:, so worker processes started by the tests share it

@@ -20,8 +20,9 @@ The agent needs a ``google`` binding, as for ``gmail`` (:mod:`pollers._google`).
   and the page being read; the next tick re-reads that page and skips what it
   already delivered (``seen``: ``id@updated`` keys, the newest 1,000).
 - **410 Gone** (sync or page token expired): the job re-baselines in the same
-  tick, logs ``google_calendar.rebaselined`` and records it in the cursor
-  (``rebaselined_at`` and ``note``, shown by ``pollers show``); it is not paused.
+  tick, logs ``google_calendar.rebaselined``, records it in the cursor
+  (``rebaselined_at`` and ``note``) and raises a notice on the job's status (with
+  its time, beside ``last_error`` in ``list``, the admin and the API); it is not paused.
   Changes made between the last sync and the re-baseline are not delivered.
 - **Fields**: ``id``, ``summary``, ``description``, ``location``, ``start``,
   ``end`` (``dateTime`` or all-day ``date``), ``html_link``, ``status``,
@@ -98,12 +99,13 @@ class GoogleCalendarPoller(ConfiguredPoller):
                 reason="sync token expired (HTTP 410 Gone)",
                 calendar_id=cfg.calendar_id,
             )
-            fresh = SyncCursor(
-                rebaselined_at=ctx.now.isoformat(),
-                note="sync token expired (410 Gone): re-baselined automatically; changes "
-                "since the previous sync were not delivered",
-            )
-            return _ack(baseline(api, path, fresh, cfg, ctx.now), 0, 0)
+            note = ("sync token expired (410 Gone): re-baselined automatically; changes "
+                    "since the previous sync were not delivered")  # fmt: skip
+            fresh = SyncCursor(rebaselined_at=ctx.now.isoformat(), note=note)
+            ack = _ack(baseline(api, path, fresh, cfg, ctx.now), 0, 0)
+            # operators see it with the job's status (list, admin, API), not only in the log
+            ack.notice = f"calendar {cfg.calendar_id}: {note}"
+            return ack
 
 
 def _list(api: _google.GoogleAPI, path: str, now: datetime, **params: Any) -> dict[str, Any]:

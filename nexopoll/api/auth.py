@@ -25,12 +25,14 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
+from nexopoll.runtime.keys import ns
+
 from .errors import ApiError
 
 log = logging.getLogger("nexopoll.api")
 
 QUERY_TOKEN_NAMES = ("token", "access_token", "api_key", "apikey", "key")
-RATE_PREFIX = "nexopoll:api:rate:"
+RATE_PREFIX = ns("api:rate:")  # "nexopoll:api:rate:" (NEXOPOLL_REDIS_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -90,16 +90,29 @@ class Job(BaseModel):
     schedule: dict[str, Any]
     stagger_ms: int
     failure_to: dict[str, Any] | None = None
-    next_slot_at: str | None = None
+    next_slot_at: str | None = Field(
+        None, description="the next slot (== next_run_at); null while paused"
+    )
     paused: bool | None = None
     paused_reason: str | None = None
+    paused_by: str | None = Field(
+        None,
+        description="operator, boot (paused_on_boot), error (a reload that changes "
+        "the definition resumes it) or schedule (a one-shot fired)",
+    )
+    notice: str | None = Field(
+        None,
+        description="what the poller asked operators to know (masked), e.g. an "
+        "automatic re-baseline",
+    )
+    notice_at: str | None = None
     status: str | None = Field(None, description="ok, transient, permanent, skipped or never")
     last_error: str | None = Field(None, description="masked: never a secret's value")
     consecutive_errors: int | None = None
     breaker: Literal["closed", "half-open", "open"] | None = None
     epoch: int | None = None
     last_run_at: str | None = None
-    next_run_at: str | None = None
+    next_run_at: str | None = Field(None, description="null while paused")
     ticks_total: int | None = None
     items_seen_total: int | None = None
     items_dispatched_total: int | None = None
@@ -190,9 +203,13 @@ class ReloadPlan(BaseModel):
     remove: list[str]
     keep: list[str]
     kept_invalid: list[str]
+    resumed: list[str] = Field(
+        default_factory=list, description="replaced jobs an error had paused, resumed"
+    )
     issues: list[str]
     applied: bool
     source: str
+    warnings: list[str] = []  # jobs that load but will fail (a URL on a private address)
 
 
 # --- the outbox --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from nexopoll import runs, services
+from nexopoll.masking import masked, masked_for_ids
 from nexopoll.models import Delivery, PollJob, PollState
 
 from .auth import Principal
@@ -61,15 +62,14 @@ def list_pollers(p: Principal, query: JobQuery) -> tuple[int, BaseModel]:
     page = page[: query.limit]
     found = {s.job_id: s for s in PollState.objects.filter(job_id__in=[j.job_id for j in page])}
     now = timezone.now()
-    items = [Job(**services.job_view(j, found.get(j.job_id), now=now)) for j in page]
+    views = masked([services.job_view(j, found.get(j.job_id), now=now) for j in page], page)
+    items = [Job(**v) for v in views]
     return 200, JobPage(items=items, total=total, next_after=page[-1].job_id if more else None)
 
 
 def _masked(job_id: str, data: Any) -> Any:
     """``data`` about one job with its secrets' values masked (a poller may echo them)."""
-    from nexopoll.llm_tools.dispatch import redact_tree, secrets_for
-
-    return redact_tree(data, secrets_for(list(PollJob.objects.filter(job_id=job_id))))
+    return masked_for_ids(data, [job_id])
 
 
 def show_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:

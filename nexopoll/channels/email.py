@@ -11,6 +11,10 @@ Every mail carries ``Message-ID: <delivery id@nexopoll>`` and
 ``X-Nexopoll-Delivery-Id``: a mail sent twice (an answer lost after the server took
 it) has the same Message-ID, which mail clients and servers use to drop copies.
 
+The attempt's deadline bounds the whole SMTP conversation (connect, EHLO, STARTTLS,
+login, MAIL, RCPT, DATA), not each step (:mod:`.smtpdeadline`): a send ends before
+its delivery claim does.
+
 Outcomes: the server takes it — sent; a refused recipient or a 5xx reply —
 permanent; a 4xx reply, a timeout or a connection error — transient; a failed
 login — ConfigError (the row is held until the credentials are fixed).
@@ -48,7 +52,9 @@ class EmailChannel:
     def send(
         self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
     ) -> None:
-        from django.core.mail import EmailMessage, get_connection
+        from django.core.mail import EmailMessage
+
+        from .smtpdeadline import connection
 
         b = EmailBinding.model_validate(binding)
         to = message.recipient.strip()
@@ -64,7 +70,7 @@ class EmailChannel:
                 "Message-ID": f"<{message.delivery_id}@nexopoll>",
                 "X-Nexopoll-Delivery-Id": message.delivery_id,
             },
-            connection=get_connection(timeout=deadline_secs),
+            connection=connection(deadline_secs),
         )
         try:
             mail.send(fail_silently=False)

@@ -15,6 +15,8 @@ Entry fields (all strings): ``delivery_id`` (the outbox row id), ``job``,
 Exactly once into the stream: the XADD and a marker ``nexopoll:stream:sent:<id>``
 (kept a week) are one Lua script, so a retry after a lost answer finds the marker
 and adds nothing. Consumers still see an entry twice only if they fail to ACK.
+``pollers redeliver --force`` drops the marker first (:meth:`StreamChannel.forget_sent`),
+so a forced re-send adds the entry again for a consumer that lost it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from . import OutboundMessage
 TOPIC_RE = re.compile(r"^plugin\.[A-Za-z0-9_.:-]{1,200}$", re.ASCII)
 SENT_TTL_SECS = 7 * 24 * 3600
 DEFAULT_MAXLEN = 100_000
+SHARED_SOCKET_TIMEOUT = 10.0  # nexopoll.runtime.redis's client
 
 _XADD_ONCE = """
 local done = redis.call('GET', KEYS[2])
@@ -42,6 +45,29 @@ local id = redis.call(unpack(args))
 redis.call('SET', KEYS[2], id, 'EX', ARGV[2])
 return id
 """
+
+
+def sent_marker(delivery_id: str) -> str:
+    from nexopoll.runtime.keys import ns  # NEXOPOLL_REDIS_PREFIX
+
+    return ns(f"stream:sent:{delivery_id}")
+
+
+def _bounded_client(deadline_secs: float) -> Any:
+    """A client of its own when the attempt's deadline is shorter than the shared
+    client's socket timeout (a short delivery claim), so the XADD ends within it;
+    else None (the shared client)."""
+    import redis
+    from django.conf import settings
+
+    if deadline_secs >= SHARED_SOCKET_TIMEOUT:
+        return None
+    return redis.Redis.from_url(
+        settings.REDIS_URL,
+        decode_responses=True,
+        socket_timeout=deadline_secs,
+        socket_connect_timeout=deadline_secs,
+    )
 
 
 def topic_for(binding: StreamBinding) -> str:
@@ -99,9 +125,18 @@ class StreamChannel:
         argv: list[Any] = [maxlen(), SENT_TTL_SECS]
         for name, value in entry_fields(message).items():
             argv += [name, value]
+        client = _bounded_client(deadline_secs) or get_redis()
         try:
-            get_redis().eval(
-                _XADD_ONCE, 2, key, f"nexopoll:stream:sent:{message.delivery_id}", *argv
-            )
+            client.eval(_XADD_ONCE, 2, key, sent_marker(message.delivery_id), *argv)
         except RedisError as exc:
             raise TransientError(f"stream XADD to {key} failed: {type(exc).__name__}") from exc
+        finally:
+            if client is not get_redis():
+                client.close()
+
+    def forget_sent(self, delivery_ids: list[str]) -> None:
+        """Drop the rows' "already added" markers: their next send adds an entry again."""
+        from nexopoll.runtime.redis import get_redis
+
+        if delivery_ids:
+            get_redis().delete(*[sent_marker(i) for i in delivery_ids])

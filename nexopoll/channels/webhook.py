@@ -81,7 +81,13 @@ class WebhookChannel:
         except (http.InvalidURLError, http.BlockedURLError) as exc:
             # the URL is the binding's (redirects are not followed): a configuration
             # problem, so the delivery is held until the binding is fixed, not dead
-            raise ConfigError(f"agent {message.agent!r} webhook binding: {exc}") from exc
+            fix = (
+                f"; to deliver to it, set `allow_private_networks: true` in "
+                f"agents.{message.agent}.webhook"
+                if getattr(exc, "private_opt_in", False)
+                else ""
+            )
+            raise ConfigError(f"agent {message.agent!r} webhook binding: {exc}{fix}") from exc
         if 300 <= resp.status < 400:
             raise PermanentError(f"webhook answered {resp.status}: redirect refused for deliveries")
         if resp.status >= 400:

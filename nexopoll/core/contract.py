@@ -104,12 +104,16 @@ class TickAck:
     ``next_cursor=None`` keeps the current cursor; resetting is an operator verb.
     ``next_interval_hint`` asks the runtime to wait at least that long before the
     next tick (``Retry-After``, ``Cache-Control``, a feed's ``<ttl>``).
+    ``notice`` tells operators something they must know although the tick succeeded
+    (an automatic re-baseline that skipped changes, say): it is stored with its time on
+    the job's state and shown beside ``last_error`` in ``list``, the admin and the API.
     """
 
     next_cursor: bytes | None = None
     next_interval_hint: timedelta | None = None
     items_seen: int = 0
     items_dispatched: int = 0
+    notice: str | None = None
 
 
 @dataclass(frozen=True)

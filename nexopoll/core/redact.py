@@ -34,15 +34,29 @@ from .envrefs import env_refs
 MIN_SECRET_CHARS = 4  # shorter values would blank out ordinary words
 WINDOW = 8  # no run this long of a secret (in any normalisation) survives
 MASK = "***"
+PUBLIC_VARS = "NEXOPOLL_PUBLIC_VARS"  # the variable listing the public ones
+ALWAYS_PUBLIC = frozenset({"NEXOPOLL_DEMO_BASE"})  # the demo jobs' base URL
 _SAFE_URL = ":/?#[]@!$&'()*+,;=~"  # what requests leaves unencoded in a URL
 
 
 def secret_values(value: Any, env: Mapping[str, str]) -> frozenset[str]:
     """The values of the ``${VAR}`` and ``${file:/path}`` references in ``value`` (long
-    enough to mask); ``env`` answers ``file:/path`` names (see ``runtime/secretenv.py``)."""
+    enough to mask); ``env`` answers ``file:/path`` names (see ``runtime/secretenv.py``).
+    Variables declared public (:func:`public_names`) are not secrets."""
+    public = public_names(env)
     return frozenset(
-        env[name] for name in env_refs(value) if len(env.get(name, "")) >= MIN_SECRET_CHARS
+        env[name]
+        for name in env_refs(value)
+        if name not in public and len(env.get(name, "")) >= MIN_SECRET_CHARS
     )
+
+
+def public_names(env: Mapping[str, str]) -> frozenset[str]:
+    """Variables whose values are not secret (base URLs, …): :data:`ALWAYS_PUBLIC` and
+    the names listed in ``env[PUBLIC_VARS]`` (comma- or space-separated). A
+    ``${file:…}`` reference is never public."""
+    listed = re.split(r"[\s,]+", env.get(PUBLIC_VARS, "") or "")
+    return ALWAYS_PUBLIC | frozenset(n for n in listed if n and not n.startswith("file:"))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -24,9 +24,9 @@ from django.utils import timezone
 
 from nexopoll import services
 from nexopoll.core.errors import ConfigError
-from nexopoll.core.redact import redact, secret_values
-from nexopoll.models import Agent, PollJob, PollState
-from nexopoll.runtime.secretenv import secret_env
+from nexopoll.core.redact import redact
+from nexopoll.masking import redact_tree, secrets_for
+from nexopoll.models import PollJob, PollState
 
 from .specs import BUILTIN_SCHEMAS, JOB_ID_PATTERN, Tool
 from .strict import check_arguments
@@ -81,32 +81,13 @@ def _job(job_id: str, agent: str | None) -> PollJob:
     return job
 
 
-# --- redaction ---------------------------------------------------------------------
-def secrets_for(jobs: list[PollJob]) -> frozenset[str]:
-    """The values to mask in output about ``jobs``: their ``${VAR}``s and the server's tokens."""
-    agents = {j.agent for j in jobs}
-    bindings = list(Agent.objects.filter(agent_id__in=agents).values_list("bindings", flat=True))
-    found = set(secret_values([[j.config for j in jobs], bindings], secret_env()))
-    for own in (settings.NEXOPOLL_API_TOKEN, settings.NEXOPOLL_METRICS_TOKEN, settings.SECRET_KEY):
-        if own and len(own) >= 8:
-            found.add(own)
-    return frozenset(found)
-
-
-def redact_tree(value: Any, secrets: frozenset[str]) -> Any:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {redact_tree(k, secrets): redact_tree(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_tree(v, secrets) for v in value]
-    return value
+# --- redaction: nexopoll.masking (one rule for every surface) ----------------------
 
 
 # --- the built-in tools ------------------------------------------------------------
 def _summary(view: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "kind", "agent", "paused", "paused_reason", "status", "last_error",
-            "consecutive_errors", "breaker", "last_run_at", "next_run_at")  # fmt: skip
+            "consecutive_errors", "breaker", "last_run_at", "next_run_at", "notice")  # fmt: skip
     return {k: view.get(k) for k in keys}
 
 

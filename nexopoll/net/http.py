@@ -110,6 +110,8 @@ class BlockedURLError(PermanentError):
         self.host = blocked.host
         self.ip = blocked.ip
         self.reason = blocked.reason
+        # a job's allow_private_networks lets it through (never a metadata address)
+        self.private_opt_in = not blocked.reason.startswith("metadata")
         super().__init__(f"{url}: host resolves to {blocked.ip} ({blocked.reason}): refused")
 
 

@@ -174,13 +174,16 @@ def ack_from_result(value: Any, plugin: str) -> TickAck:
     """A ``poll_tick`` result object → :class:`TickAck`; a wrong shape is a protocol error."""
     if not isinstance(value, dict):
         raise ProtocolError(f"plugin {plugin}: poll_tick result must be an object")
-    unknown = set(value) - {"next_cursor", "next_interval_secs", "metrics"}
+    unknown = set(value) - {"next_cursor", "next_interval_secs", "metrics", "notice"}
     if unknown:
         raise ProtocolError(f"plugin {plugin}: unknown result keys {sorted(unknown)}")
     cursor = value.get("next_cursor")
     interval = value.get("next_interval_secs")
     metrics = value.get("metrics")
     metrics = {} if metrics is None else metrics
+    notice = value.get("notice")
+    if notice is not None and not isinstance(notice, str):
+        raise ProtocolError(f"plugin {plugin}: notice must be a string")
     if interval is not None and not _count(interval):
         raise ProtocolError(f"plugin {plugin}: next_interval_secs must be a non-negative integer")
     if not isinstance(metrics, dict) or not all(
@@ -192,6 +195,7 @@ def ack_from_result(value: Any, plugin: str) -> TickAck:
         next_interval_hint=timedelta(seconds=interval) if interval is not None else None,
         items_seen=metrics.get("items_seen", 0),
         items_dispatched=metrics.get("items_dispatched", 0),
+        notice=notice or None,
     )
 
 

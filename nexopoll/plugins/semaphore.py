@@ -42,7 +42,9 @@ return {0, version}
 
 
 def key(plugin_id: str) -> str:
-    return f"nexopoll:plugin:sem:{plugin_id}"
+    from nexopoll.runtime.keys import ns
+
+    return ns(f"plugin:sem:{plugin_id}")
 
 
 class Semaphore:

@@ -176,6 +176,8 @@ def _tick_one(
             return tick.TickReport(job_id, "fenced", reason="lease lost before the tick")
         prepared = tick.prepare(job_id, row, now=now, held=held)
         if isinstance(prepared, tick.TickReport):
+            if prepared.reason == "paused":
+                tick._park(job_id)
             return prepared
         t = prepared
         report.epoch = t.epoch

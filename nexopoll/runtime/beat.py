@@ -43,11 +43,12 @@ from nexopoll.core.schedule import next_slot, schedule_from_dict
 
 from . import keys, metricstore
 from .publish import TickPublisher
+from .redis import pin_redbeat_client
 
 log = logging.getLogger("nexopoll.beat")
 
 #: one field per beat process (host:pid): the ticks it dispatched (a hash under the prefix)
-DISPATCHED = "nexopoll:beat:dispatched"
+DISPATCHED = keys.ns("beat:dispatched")  # NEXOPOLL_REDIS_PREFIX
 
 
 def dispatched_key() -> str:
@@ -180,7 +181,7 @@ class NexopollScheduler(RedBeatScheduler):
     @cached_property
     def client(self) -> Any:
         # RedBeat's get_redis() re-reads the Celery config on every call (~1 ms): once here
-        return get_redis(self.app)
+        return pin_redbeat_client(self.app)
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
@@ -231,10 +232,37 @@ class NexopollScheduler(RedBeatScheduler):
         try:
             self.lock.extend(int(self.lock_timeout))
         except redis.exceptions.LockNotOwnedError:
+            why = self._lock_lost_why()
             if not self.lock.acquire(blocking=False):
-                raise  # another beat took over: exit, the supervisor restarts us as standby
-            log.warning("beat.lock_reacquired: the beat lock vanished (Redis flushed?)")
+                # another beat took over: exit, the supervisor restarts us as standby
+                idle = time.monotonic() - self._lock_extended
+                log.warning(
+                    "beat.lock_lost: another beat holds the lock now%s",
+                    f"; {why}, and a standby took over" if idle >= self.lock_timeout else "",
+                )
+                raise
+            log.warning("beat.lock_reacquired: %s", why)
         self._lock_extended = time.monotonic()
+
+    def _lock_lost_why(self) -> str:
+        """Why this beat no longer held its lock: it expired while this beat did not
+        refresh it (a hung or stopped process), or Redis lost it (flushed: the schedule
+        went too), or it was deleted before its timeout."""
+        idle = time.monotonic() - self._lock_extended
+        try:
+            schedule_kept = bool(self.client.exists(keys.synced_key()))
+        except redis.exceptions.RedisError:
+            schedule_kept = True  # unknown: say nothing about a flush
+        if idle >= self.lock_timeout:
+            text = (
+                f"the lock expired: this beat had not refreshed it for {idle:.0f}s "
+                f"(lock timeout {self.lock_timeout:.0f}s; the process was stalled)"
+            )
+            return text + ("" if schedule_kept else "; Redis lost the schedule too (flushed)")
+        if not schedule_kept:
+            return "Redis lost the lock and the schedule (flushed or restarted empty)"
+        return (f"the lock was gone {idle:.0f}s after its last refresh, before its "
+                f"{self.lock_timeout:.0f}s timeout (deleted, or Redis restarted)")  # fmt: skip
 
     def _hold_lock(self) -> bool:
         """Keep (or take) the beat lock; False while another beat holds it (standby)."""

@@ -20,9 +20,13 @@ provider rate limit (:mod:`nexopoll.runtime.ratelimit`, the channel's
 the deliver task with a countdown (outcome ``wait``).
 
 Claims are taken and compared with the DB's clock (``CURRENT_TIMESTAMP``), so a
-worker whose own clock runs ahead cannot take a row another worker is sending.
-The ``clock`` a caller passes still decides when a row is due and its backoff
-(a fast clock sends a retry early, never twice at once).
+worker whose own clock runs ahead cannot take a row another worker is sending. A
+claim bounds its send, and an outcome is written only under the worker's own claim
+(:mod:`nexopoll.runtime.claims`; a send that lost its row: outcome ``lost``).
+The ``clock`` a caller passes decides when a row is due and its backoff, taken in
+the DB's clock (:mod:`nexopoll.runtime.dbclock`: this process's offset to it), as
+every due time is: a worker whose clock is off neither delays rows nor sends them
+early.
 """
 
 from __future__ import annotations
@@ -54,15 +58,15 @@ from nexopoll.core.redact import redact, secret_values
 from nexopoll.core.storable import storable_text
 
 from ..models import Agent, Delivery, DeliveryStatus
-from . import metricstore, ratelimit
+from . import claims, dbclock, metricstore, ratelimit
 from .redis import get_redis
 from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.delivery")
 
-CLAIM_SECS = 90
+CLAIM_SECS = claims.CLAIM_SECS  # NEXOPOLL_DELIVERY_CLAIM_SECS overrides
 CLAIM = timedelta(seconds=CLAIM_SECS)
-SEND_DEADLINE_SECS = 30.0  # per attempt, over connect, headers and body (setting overrides)
+SEND_DEADLINE_SECS = claims.SEND_DEADLINE_SECS
 SWEEP_GRACE = timedelta(seconds=5)
 # a held row is tried again after this long even without a reload (a worker's env fixed)
 HOLD_RETRY = timedelta(minutes=5)
@@ -80,11 +84,12 @@ def deliver_rows(
     ids: list[str], *, clock: Callable[[], datetime], budget_secs: float = BATCH_BUDGET_SECS
 ) -> dict[str, str]:
     """Try to send each row; return id → outcome
-    (sent | retry | dead | held | skipped | deferred | wait).
+    (sent | retry | dead | held | skipped | deferred | wait | lost).
 
     The clock is read per row (a claim or a backoff must not start from a time
-    taken before a slow send). Rows left when ``budget_secs`` is spent are
-    ``deferred``: the caller re-enqueues them, so one task never outlives its limits.
+    taken before a slow send) and taken in the DB's clock (:mod:`.dbclock`). Rows left
+    when ``budget_secs`` is spent are ``deferred``: the caller re-enqueues them, so one
+    task never outlives its limits.
     """
     outcomes: dict[str, str] = {}
     started = time.monotonic()
@@ -92,7 +97,7 @@ def deliver_rows(
         if time.monotonic() - started > budget_secs:
             outcomes[i] = "deferred"
         else:
-            outcomes[i] = deliver_one(i, now=clock())
+            outcomes[i] = deliver_one(i, now=dbclock.to_db(clock()))
     metricstore.record_outcomes(outcomes)  # poller_deliveries_total{channel,status}
     return outcomes
 
@@ -118,7 +123,7 @@ def claim(delivery_id: str, *, now: datetime) -> bool:
             # a row whose send kills its worker never reaches _failed: cap it here too
             attempts__lt=settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS,
         ).update(
-            claimed_until=Now() + CLAIM,
+            claimed_until=Now() + timedelta(seconds=claims.claim_secs()),
             attempts=F("attempts") + 1,
             enqueued_at=None,
         )
@@ -128,9 +133,11 @@ def claim(delivery_id: str, *, now: datetime) -> bool:
 def deliver_one(delivery_id: str, *, now: datetime) -> str:
     if _must_wait(delivery_id, now=now):
         return "wait"
+    claimed_at = time.monotonic()
     if not claim(delivery_id, now=now):
         return "skipped"
     row = Delivery.objects.get(id=delivery_id)
+    mine = claims.mine(row)
     agent_bindings = _agent_bindings(row.agent)
     raw_binding = (agent_bindings or {}).get(row.channel, {})
     env = secret_env()
@@ -139,21 +146,16 @@ def deliver_one(delivery_id: str, *, now: datetime) -> str:
         channel = get_channel(row.channel)
         binding = expand_env(raw_binding, env, path=f"agents.{row.agent}.{row.channel}")
         check_binding(channel, row.agent, binding, present=row.channel in (agent_bindings or {}))
-        channel.send(
-            _message(row),
-            binding,
-            deadline_secs=getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", SEND_DEADLINE_SECS),
-        )
+        channel.send(_message(row), binding, deadline_secs=claims.send_deadline(claimed_at))
     except (ConfigError, CredentialsMissingError) as exc:
         reason = str(exc) or type(exc).__name__
         if agent_bindings is None:
             reason = f"agent {row.agent!r} is not declared (removed by a reload?): {reason}"
-        return _held(row, reason, now=now, secrets=secrets)
+        return _held(row, mine, reason, now=now, secrets=secrets)
     except Exception as exc:
-        return _failed(row, exc, now=now, secrets=secrets)
-    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
-        status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""
-    )
+        return _failed(row, mine, exc, now=now, secrets=secrets)
+    if not mine.update(status=DeliveryStatus.SENT, sent_at=now, claimed_until=None, last_error=""):
+        return claims.lost(row, "sent")
     return "sent"
 
 
@@ -249,16 +251,17 @@ def _agent_bindings(agent: str) -> dict | None:
     return Agent.objects.filter(agent_id=agent).values_list("bindings", flat=True).first()
 
 
-def _held(row: Delivery, reason: str, *, now: datetime, secrets: frozenset[str]) -> str:
+def _held(row: Delivery, mine: Any, reason: str, *, now: datetime, secrets: frozenset[str]) -> str:
     """Keep the row for after the configuration is fixed; the attempt does not count."""
     message = storable_text(redact(reason[:2000], secrets))  # PostgreSQL refuses a NUL
-    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
+    if not mine.update(
         status=DeliveryStatus.HELD,
         attempts=F("attempts") - 1,
         claimed_until=None,
         next_attempt_at=now + HOLD_RETRY,
         last_error=message,
-    )
+    ):
+        return claims.lost(row, "held")
     log.warning(
         "delivery.held id=%s job=%s channel=%s reason=%s: fix pollers.yaml or the worker's "
         "environment; held rows are retried after a reload",
@@ -270,13 +273,14 @@ def _held(row: Delivery, reason: str, *, now: datetime, secrets: frozenset[str])
     return "held"
 
 
-def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[str]) -> str:
+def _failed(
+    row: Delivery, mine: Any, exc: Exception, *, now: datetime, secrets: frozenset[str]
+) -> str:
     message = storable_text(redact((str(exc) or type(exc).__name__)[:2000], secrets))
     permanent = classify(exc) is not ErrorClass.TRANSIENT or isinstance(exc, PermanentError)
     if permanent or row.attempts >= settings.NEXOPOLL_DELIVERY_MAX_ATTEMPTS:
-        Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
-            status=DeliveryStatus.DEAD, claimed_until=None, last_error=message
-        )
+        if not mine.update(status=DeliveryStatus.DEAD, claimed_until=None, last_error=message):
+            return claims.lost(row, "dead")
         log.error(
             "delivery.dead id=%s job=%s channel=%s attempts=%s error=%s",
             row.id,
@@ -294,9 +298,8 @@ def _failed(row: Delivery, exc: Exception, *, now: datetime, secrets: frozenset[
     retry_after = getattr(exc, "retry_after", None)
     if retry_after is not None:
         delay = max(delay, min(retry_after, timedelta(hours=1)))
-    Delivery.objects.filter(id=row.id, status=DeliveryStatus.PENDING).update(
-        next_attempt_at=now + delay, claimed_until=None, last_error=message
-    )
+    if not mine.update(next_attempt_at=now + delay, claimed_until=None, last_error=message):
+        return claims.lost(row, "retry")
     log.warning(
         "delivery.retry id=%s job=%s channel=%s attempt=%s in=%ss error=%s",
         row.id,
@@ -336,7 +339,9 @@ def requeue_after() -> timedelta:
 
 def requeue_soon(ids: list[str], *, now: datetime) -> tuple[list[str], float] | None:
     """Of ``ids``, the pending rows due within :data:`REQUEUE_WITHIN_SECS` and the
-    countdown to the soonest of them; None when there are none."""
+    countdown to the soonest of them; None when there are none. ``now`` is read from
+    this process's clock (compared in the DB's)."""
+    now = dbclock.to_db(now)
     due = list(
         Delivery.objects.filter(
             id__in=ids,

@@ -7,6 +7,10 @@ which is what ``pollers rewind`` restores. Cursors are stored once per distinct
 value (a hash keyed by their digest), because most ticks start from the cursor
 the previous one started from.
 
+Consecutive skipped ticks for the same reason (a paused job whose tick was already
+queued, an open breaker) share one entry, which counts them (``repeats``, since
+``since``): a long pause never evicts the real ticks ``rewind`` goes back to.
+
 Redis is not the source of truth: a flushed Redis loses the history, never a
 cursor, a state row or a delivery.
 """
@@ -24,12 +28,13 @@ from typing import Any
 
 import redis
 
-from .lease import Lease, release_in, released
+from .keys import ns
+from .lease import Lease, queue_script, release_in, released, rerun_if_unloaded
 
 log = logging.getLogger("nexopoll.tick")
 
 HISTORY_LEN = 100
-_PREFIX = "nexopoll:history:"
+_PREFIX = ns("history:")  # "nexopoll:history:" (NEXOPOLL_REDIS_PREFIX)
 _ERROR_CHARS = 300
 
 
@@ -56,13 +61,16 @@ class TickEntry:
     cursor_digest: str | None
     reason: str = ""
     manual: bool = False
+    repeats: int = 1  # consecutive skipped ticks this entry stands for (same reason)
+    since: datetime | None = None  # the first of them (``at``: the last)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "n": self.n, "at": self.at.isoformat(), "status": self.status, "ms": self.ms,
             "seen": self.seen, "dispatched": self.dispatched, "error": self.error,
             "epoch": self.epoch, "reason": self.reason, "manual": self.manual,
-            "has_cursor": self.cursor_digest is not None,
+            "has_cursor": self.cursor_digest is not None, "repeats": self.repeats,
+            "since": (self.since or self.at).isoformat(),
         }  # fmt: skip
 
 
@@ -113,6 +121,7 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
     results come first in the returned list)."""
     pipe = pipe if pipe is not None else client.pipeline(transaction=False)
     lens: list[tuple[str, int]] = []
+    appends: list[tuple[int, list, list]] = []
     releases: list[tuple[Lease, int]] = []
     for e in entries_:
         if e.held is not None:
@@ -122,9 +131,15 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
             e.metrics(pipe)
         if e.slow is not None:
             e.slow(pipe)
-        _queue(pipe, e)
+        _queue(client, pipe, e, appends)
         lens.append((e.job_id, len(pipe) - 1))
     results = pipe.execute(raise_on_error=False)
+    for at, keys_, args in appends:  # a server that did not know the script yet
+        if isinstance(results[at], redis.exceptions.NoScriptError):
+            try:
+                rerun_if_unloaded(client, _APPEND, results[at], keys_, args)
+            except redis.exceptions.RedisError as exc:
+                log.warning("history.append_failed job=%s: %s", keys_[0], exc)
     for held, at in releases:
         try:
             released(client, held, results[at])
@@ -136,7 +151,7 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
     return results
 
 
-def _queue(pipe: Any, e: Entry) -> None:
+def _queue(client: redis.Redis, pipe: Any, e: Entry, appends: list) -> None:
     entry: dict[str, Any] = {
         "at": e.at.timestamp(), "status": e.status, "ms": e.ms, "seen": e.seen,
         "dispatched": e.dispatched, "error": e.error[:_ERROR_CHARS], "epoch": e.epoch,
@@ -147,10 +162,38 @@ def _queue(pipe: Any, e: Entry) -> None:
     if e.start_cursor is not None:
         d = entry["c"] = digest(e.start_cursor)
         pipe.hsetnx(cursors_key(e.job_id), d, base64.b64encode(e.start_cursor).decode())
-    pipe.incr(f"{list_key(e.job_id)}:n")
-    pipe.lpush(list_key(e.job_id), json.dumps(entry, separators=(",", ":")))
-    pipe.ltrim(list_key(e.job_id), 0, HISTORY_LEN - 1)
+    fold = e.reason if e.status == "skipped" and not e.manual and e.reason else ""
+    call = ([list_key(e.job_id), f"{list_key(e.job_id)}:n"],
+            [json.dumps(entry, separators=(",", ":")), HISTORY_LEN, fold])  # fmt: skip
+    appends.append((len(pipe), *call))
+    queue_script(client, pipe, _APPEND, *call)
     pipe.hlen(cursors_key(e.job_id))  # last: record_many reads it
+
+
+# Append an entry (KEYS[1]: the list, KEYS[2]: its tick counter; ARGV: entry, cap, fold).
+# A skipped tick (ARGV[3]: its reason) whose newest entry is a skipped one for the same
+# reason replaces it, counting the run (x) and keeping its start (since): it evicts nothing.
+_APPEND = """
+if ARGV[3] ~= '' then
+  local head = redis.call('LINDEX', KEYS[1], 0)
+  if head then
+    local ok, old = pcall(cjson.decode, head)
+    if ok and old.status == 'skipped' and old.reason == ARGV[3] and not old.manual then
+      -- the start as written (a decode and encode would round it to 14 digits)
+      local since = string.match(head, '"since":([-%d.eE+]+)') or
+                    string.match(head, '"at":([-%d.eE+]+)')
+      local n = (tonumber(old.x) or 1) + 1
+      local new = string.sub(ARGV[1], 1, -2) .. ',"x":' .. n .. ',"since":' .. since .. '}'
+      redis.call('LSET', KEYS[1], 0, new)
+      return 0
+    end
+  end
+end
+redis.call('INCR', KEYS[2])
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+return 1
+"""
 
 
 def _drop_orphan_cursors(client: redis.Redis, job_id: str) -> None:
@@ -183,6 +226,8 @@ def entries(client: redis.Redis, job_id: str, limit: int = HISTORY_LEN) -> list[
                 cursor_digest=e.get("c"),
                 reason=e.get("reason", ""),
                 manual=e.get("manual", False),
+                repeats=int(e.get("x", 1)),
+                since=datetime.fromtimestamp(e["since"], tz=UTC) if e.get("since") else None,
             )
         )
     return out

@@ -7,6 +7,12 @@ from django.conf import settings
 ENTRY_PREFIX = "job:"
 
 
+def ns(suffix: str) -> str:
+    """``<NEXOPOLL_REDIS_PREFIX>:<suffix>``: the name of a key nexopoll writes (the
+    prefix separates deployments sharing one Redis; default ``nexopoll``)."""
+    return f"{settings.NEXOPOLL_REDIS_PREFIX}:{suffix}"
+
+
 def key_prefix() -> str:
     return settings.CELERY_REDBEAT_KEY_PREFIX
 

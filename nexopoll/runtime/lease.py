@@ -23,8 +23,10 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-KEY_PREFIX = "nexopoll:lease:"
-RUNNING_PREFIX = "nexopoll:running:"
+from .keys import ns
+
+KEY_PREFIX = ns("lease:")  # "nexopoll:lease:" (NEXOPOLL_REDIS_PREFIX)
+RUNNING_PREFIX = ns("running:")
 RUNNING_TTL_MS = 7 * 24 * 3600 * 1000  # a marker nobody ends is forgotten after a week
 
 # Safe to run twice: redis-py sends a command again when its reply was lost (the

@@ -51,9 +51,11 @@ from typing import Any
 
 from nexopoll.core import metricrules
 
+from .keys import ns
+
 log = logging.getLogger("nexopoll.metrics")
 
-PREFIX = "nexopoll:metrics:"
+PREFIX = ns("metrics:")  # "nexopoll:metrics:" (NEXOPOLL_REDIS_PREFIX)
 SEP = "\x1f"
 TICKS = PREFIX + "ticks"
 SEEN = PREFIX + "seen"

@@ -5,7 +5,9 @@ A tick's fetches go through :func:`gate` (set for the poller's call, see
 ``tick._call_poller``): before each request the worker takes a turn on the host, in one
 Lua script that drops holders past their lease (a worker that died mid-request), then
 admits the request if fewer than ``in_flight`` hold the host and fewer than ``per_sec``
-started in this second (Redis's own clock, so worker clocks do not matter). A request
+started in this second (Redis's own clock, so worker clocks do not matter). The set
+of holders expires with its longest lease (never shortened by a holder with a short
+budget, which would erase the turns of long-running requests). A request
 that finds the host busy waits (polling every few ms, within the fetch's deadline):
 that is lag, not an error; only a deadline that runs out fails the fetch, as a slow
 host would. The turn ends when the response was read.
@@ -25,10 +27,11 @@ from typing import Any
 
 from django.conf import settings
 
+from .keys import ns
 from .lease import _script
 from .redis import get_redis
 
-PREFIX = "nexopoll:host:"
+PREFIX = ns("host:")  # "nexopoll:host:" (NEXOPOLL_REDIS_PREFIX)
 _WAIT_MIN, _WAIT_MAX = 0.005, 0.1  # seconds between tries while the host is busy
 
 # KEYS: in-flight zset, rate key prefix. ARGV: token, lease ms, in_flight cap, per_sec cap
@@ -48,7 +51,9 @@ if rate > 0 then
 end
 if cap > 0 then
     redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-    redis.call('pexpire', KEYS[1], ARGV[2])
+    -- the set lives as long as its longest lease: a short one never cuts the others'
+    local last = redis.call('zrange', KEYS[1], -1, -1, 'withscores')
+    redis.call('pexpireat', KEYS[1], math.ceil(tonumber(last[2])))
 end
 return 1
 """

@@ -32,11 +32,26 @@ CLOCK_SKEW_ALLOWANCE_SECS = 600.0
 ENTRY_FORMAT = "2"
 
 
-def installed_hash(definition_hash: str) -> str:
-    return f"{definition_hash}/{ENTRY_FORMAT}"
+def installed_hash(definition_hash: str, paused: bool = False) -> str:
+    return f"{definition_hash}/{ENTRY_FORMAT}" + ("/paused" if paused else "")
 
 
-def entry_definition(job: JobDef, *, now: datetime) -> str:
+def paused_ids(job_ids: Iterable[str] | None = None) -> set[str]:
+    """The paused jobs (of ``job_ids``; of all jobs when None)."""
+    from ..models import PollState
+
+    rows = PollState.objects.filter(paused=True)
+    ids = None if job_ids is None else list(job_ids)
+    if ids is None or len(ids) > 10 * CHUNK:  # most jobs, likely: one query for all
+        every = set(rows.values_list("job_id", flat=True))
+        return every if ids is None else every & set(ids)
+    found: set[str] = set()
+    for chunk in _chunks(ids, CHUNK):
+        found.update(rows.filter(job_id__in=chunk).values_list("job_id", flat=True))
+    return found
+
+
+def entry_definition(job: JobDef, *, now: datetime, enabled: bool = True) -> str:
     interval = job.interval(now).total_seconds()
     definition = {
         "name": keys.entry_name(job.job_id),
@@ -52,7 +67,7 @@ def entry_definition(job: JobDef, *, now: datetime) -> str:
         "schedule": schedule_json(
             schedule_to_dict(job.schedule), int(job.offset.total_seconds() * 1000)
         ),
-        "enabled": True,
+        "enabled": enabled,
     }
     return json.dumps(definition, sort_keys=True)
 
@@ -62,8 +77,11 @@ def _score(job: JobDef, now: datetime) -> float:
     return -1 if nxt is None else nxt.timestamp()
 
 
-def write_entries(client: Any, jobs: Iterable[JobDef], *, now: datetime) -> int:
-    """Write (or rewrite) the entries of ``jobs`` with their next slot after ``now``.
+def write_entries(
+    client: Any, jobs: Iterable[JobDef], *, now: datetime, paused: Iterable[str] = ()
+) -> int:
+    """Write (or rewrite) the entries of ``jobs`` with their next slot after ``now``;
+    those of ``paused`` jobs disabled and out of the schedule (beat sends them nothing).
 
     One pipeline: each entry's definition (its meta only if new), then the schedule's
     scores and the installed hashes of all of them in one command each.
@@ -71,17 +89,26 @@ def write_entries(client: Any, jobs: Iterable[JobDef], *, now: datetime) -> int:
     jobs = list(jobs)
     if not jobs:
         return 0
+    paused = set(paused)
     scores: dict[str, float] = {}
+    parked: list[str] = []
     hashes: dict[str, str] = {}
     meta = json.dumps({"last_run_at": None})
     with client.pipeline(transaction=False) as pipe:
         for job in jobs:
             key = keys.entry_key(job.job_id)
-            pipe.hset(key, "definition", entry_definition(job, now=now))
+            off = job.job_id in paused
+            pipe.hset(key, "definition", entry_definition(job, now=now, enabled=not off))
             pipe.hsetnx(key, "meta", meta)
-            scores[key] = _score(job, now)
-            hashes[job.job_id] = installed_hash(job.definition_hash)
-        pipe.zadd(keys.schedule_key(), scores)
+            if off:
+                parked.append(key)
+            else:
+                scores[key] = _score(job, now)
+            hashes[job.job_id] = installed_hash(job.definition_hash, off)
+        if scores:
+            pipe.zadd(keys.schedule_key(), scores)
+        if parked:
+            pipe.zrem(keys.schedule_key(), *parked)
         pipe.hset(keys.hashes_key(), mapping=hashes)
         pipe.incr(keys.version_key())
         pipe.execute()
@@ -138,7 +165,11 @@ def resync_from_db(
     the resync once the lock is lost).
     """
     between = between or (lambda: None)
-    db = {i: installed_hash(h) for i, h in PollJob.objects.values_list("job_id", "definition_hash")}
+    paused = paused_ids()
+    db = {
+        i: installed_hash(h, i in paused)
+        for i, h in PollJob.objects.values_list("job_id", "definition_hash")
+    }
     installed: dict[str, str] = client.hgetall(keys.hashes_key())
     prefix = keys.key_prefix() + keys.ENTRY_PREFIX
     scheduled = {
@@ -146,11 +177,13 @@ def resync_from_db(
     }
     stale = sorted((set(installed) | scheduled) - set(db))
     changed = sorted(i for i, h in db.items() if installed.get(i) != h)
-    missing = sorted(i for i, h in db.items() if i not in scheduled and installed.get(i) == h)
+    missing = sorted(
+        i for i, h in db.items() if i not in scheduled and i not in paused and installed.get(i) == h
+    )
     written = 0
     for ids in _chunks(changed + missing, chunk):
         between()
-        written += write_entries(client, load_all(ids), now=now)
+        written += write_entries(client, load_all(ids), now=now, paused=paused)
     for ids in _chunks(stale, chunk):
         between()
         delete_entries(client, ids)
@@ -172,8 +205,9 @@ def sync_jobs(
 ) -> None:  # fmt: skip
     """Apply a reload's changes to RedBeat right away (beat's resync covers a failure here)."""
     jobs = load_all(list(upsert))
+    paused = paused_ids(j.job_id for j in jobs)
     for n, chunk in enumerate(_chunks(jobs, SYNC_CHUNK), 1):
-        write_entries(client, chunk, now=now)
+        write_entries(client, chunk, now=now, paused=paused)
         done = min(n * SYNC_CHUNK, len(jobs))
         if progress and (n % 5 == 0 or done == len(jobs)):
             progress(f"RedBeat: {done}/{len(jobs)} entries written")
@@ -181,6 +215,33 @@ def sync_jobs(
 
 
 SYNC_CHUNK = 5000  # entries per pipeline when a reload writes them
+
+
+def pause_changed(job_ids: Iterable[str], *, now: datetime | None = None) -> None:
+    """The paused flag of ``job_ids`` was written: disable (or re-enable, at the next
+    slot after ``now``) their entries. A failure is logged; beat's resync repairs it."""
+    from datetime import UTC
+
+    from .redis import get_redis
+
+    ids = sorted(set(job_ids))
+    if not ids:
+        return
+    try:
+        sync_jobs(get_redis(), upsert=ids, remove=[], now=now or datetime.now(UTC))
+    except Exception as exc:
+        log.warning("beat.pause_sync_failed jobs=%s: %s; beat's resync repairs it",
+                    len(ids), type(exc).__name__)  # fmt: skip
+
+
+def park(client: Any, job_id: str) -> None:
+    """A scheduled tick found its job paused (its entry was not disabled: a pause whose
+    sync failed, or a message sent just before it): take the entry out of the schedule.
+    Its installed hash is left as is, so beat's next resync writes it properly."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.zrem(keys.schedule_key(), keys.entry_key(job_id))
+        pipe.incr(keys.version_key())
+        pipe.execute()
 
 
 def fingerprint(client: Any) -> tuple:
@@ -191,5 +252,9 @@ def fingerprint(client: Any) -> tuple:
     """
     from django.db.models import Count, Max
 
+    from ..models import PollState
+
     db = PollJob.objects.aggregate(n=Count("job_id"), last=Max("updated_at"))
-    return (db["n"], db["last"], client.hlen(keys.hashes_key()), client.zcard(keys.schedule_key()))
+    paused = PollState.objects.filter(paused=True).count()
+    return (db["n"], db["last"], paused, client.hlen(keys.hashes_key()),
+            client.zcard(keys.schedule_key()))  # fmt: skip

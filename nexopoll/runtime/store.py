@@ -222,9 +222,16 @@ def write_state(changes: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
     before this write cannot commit after it (``Fenced``): it would write its stale
     view (an error count, an open breaker, a cursor, an old definition's deliveries)
     over the operator's.
+
+    A write of ``paused`` also disables (or re-enables) the job's RedBeat entry once
+    the caller's transaction commits (``redbeat_sync.pause_changed``): a paused job is
+    not dispatched at all.
     """
     grouped: dict[tuple[str, ...], list[list[Any]]] = {}
+    pausing: list[str] = []
     for job_id, fields in changes:
+        if "paused" in fields:
+            pausing.append(job_id)
         if unknown := set(fields) - _WRITABLE:
             raise ValueError(f"not a writable state column of job {job_id!r}: {sorted(unknown)}")
         grouped.setdefault(tuple(fields), []).append(
@@ -236,10 +243,17 @@ def write_state(changes: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
             sql = f"UPDATE poll_state SET {sets}epoch = epoch + 1 WHERE job_id = %s"
             for start in range(0, len(rows), _WRITE_ROWS):
                 cur.executemany(sql, rows[start : start + _WRITE_ROWS])
+    if pausing:
+        from .redbeat_sync import pause_changed
+
+        transaction.on_commit(lambda: pause_changed(pausing))
 
 
 _WRITE_ROWS = 5000  # rows per executemany
-_WRITABLE = {*STATE_COLUMNS, "paused_reason", "last_error", "updated_at"} - {"epoch"}
+_WRITABLE = {
+    *STATE_COLUMNS, "paused_reason", "paused_by", "last_error", "updated_at", "next_run_at",
+    "notice", "notice_at",
+} - {"epoch"}  # fmt: skip
 
 
 # --- DB errors ----------------------------------------------------------------

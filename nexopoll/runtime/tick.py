@@ -123,6 +123,8 @@ def tick_job(
     report: TickReport | None = None
     try:
         report = _run(job_id, now=now, manual=manual, dry_run=dry_run, force=force, held=held)
+        if held is not None and report.reason == "paused":
+            _park(job_id)
         return report
     except DatabaseError as exc:  # reading the state or taking the epoch: nothing written
         report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
@@ -284,7 +286,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         report.after_commit = list(host.post_commit)
     else:
         secrets = job.secret_values(secret_env())
-        message = redact(_describe(exc), secrets)
+        message = redact(_describe(exc, job.job_id), secrets)
         if (
             not isinstance(exc, TransientError | ConfigError)
             and classify(exc) is ErrorClass.TRANSIENT
@@ -338,7 +340,7 @@ def stage(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack
     )
     secrets = t.job.secret_values(secret_env())
-    for name in ("last_error", "paused_reason"):  # what operators see: never a secret
+    for name in ("last_error", "paused_reason", "notice"):  # operators see it: no secret
         if fields.get(name):
             fields[name] = redact(fields[name], secrets)
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
@@ -371,7 +373,11 @@ def committed(
         run_after_commit(job_id, report.after_commit)
     elif report.after_commit:
         hooks.append((job_id, report.after_commit))
-    if decision.not_before is not None:
+    if decision.pause_reason:  # beat sends a paused job nothing (redbeat_sync)
+        from .redbeat_sync import pause_changed
+
+        transaction.on_commit(lambda: pause_changed([job_id], now=t.now))
+    elif decision.not_before is not None:
         _move_entry(job_id, decision.not_before, later_only=True)
     if t.job.one_shot and report.status == "transient" and report.retry_at is None:
         # a one-shot job has no next slot: re-arm its entry for when the breaker allows a trial
@@ -413,9 +419,11 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
     return ack
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:2000]
+def _describe(exc: BaseException, job_id: str | None = None) -> str:
+    text = (str(exc) or type(exc).__name__)[:2000]
+    if job_id and getattr(exc, "private_opt_in", False):  # a loopback/private address
+        text += f"; to poll it, set `allow_private_networks: true` in jobs[{job_id}].config"
+    return text
 
 
 def _tb(exc: BaseException) -> str:
@@ -428,6 +436,16 @@ def enqueue_deliveries(ids: list[str]) -> None:
     from .outbox import enqueue
 
     enqueue(ids)
+
+
+def _park(job_id: str) -> None:
+    """Beat sent a tick of a paused job: take its entry out of the schedule (no more)."""
+    from .redbeat_sync import park
+
+    try:
+        park(get_redis(), job_id)
+    except Exception:
+        log.warning("tick.entry_not_parked job=%s", job_id, exc_info=True)
 
 
 def _move_entry(job_id: str, at: datetime, *, later_only: bool = False) -> None:

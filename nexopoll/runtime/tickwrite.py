@@ -11,7 +11,7 @@ from nexopoll.core.redact import redact
 from nexopoll.core.storable import storable, storable_text
 
 from ..models import Delivery
-from . import pacing, store
+from . import dbclock, pacing, store
 from .host import PendingDelivery
 from .secretenv import secret_env
 
@@ -56,13 +56,19 @@ def state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, 
     if decision.pause_reason:
         fields["paused"] = True
         fields["paused_reason"] = decision.pause_reason
+        # a failed tick paused it (a reload that changes its definition resumes it), or a
+        # one-shot fired
+        fields["paused_by"] = "error" if decision.status != "ok" else "schedule"
+    if ack is not None and ack.notice:
+        fields["notice"], fields["notice_at"] = ack.notice[:2000], now
     if ack is not None and ack.next_cursor is not None:
         fields["cursor"] = ack.next_cursor
     return fields
 
 
 def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
-    due = pacing.due_times(t.job, report.deliveries, now=t.now)
+    stamp = dbclock.to_db(t.now)  # due times in the clock every worker reads them by
+    due = pacing.due_times(t.job, report.deliveries, now=stamp)
     rows = [
         Delivery(
             job_id=t.job.job_id,
@@ -73,7 +79,7 @@ def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.T
             recipient=storable_text(d.recipient),
             payload=storable(d.payload),  # an item's NUL must not fail the whole commit
             next_attempt_at=at,
-            created_at=t.now,
+            created_at=stamp,
         )
         for d, at in zip(report.deliveries, due, strict=True)
     ]

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -19,12 +20,20 @@ from nexopoll.runtime.tick import tick_job
 from .conftest import scripted
 
 JOBS = "/admin/admin_ext/job/"
+# ids with every character a job id may have besides letters: Django's links quote "_"
+A, B, ALPHA, BETA = "a_1.x-y", "b_2.y-z", "alpha_1.feed-eu", "beta_2.feed-us"
 
 
 def login(user) -> Client:
     c = Client()
     c.force_login(user)
     return c
+
+
+def link_to(client: Client, url: str, text: str) -> str:
+    """The href of the link reading ``text`` on the page at ``url`` (what an operator clicks)."""
+    page = client.get(url).content.decode()
+    return re.search(rf'<a href="([^"]+)"[^>]*>{re.escape(text)}</a>', page).group(1)
 
 
 def act(client: Client, action: str, *ids: str, **extra):
@@ -36,25 +45,25 @@ def act(client: Client, action: str, *ids: str, **extra):
 def test_jobs_list_shows_live_state(cfg, redis_client, operator):
     cfg.write(
         [
-            scripted("alpha"),
-            scripted("beta", schedule={"cron": "0 0 9 * * *", "tz": "Europe/Paris"}),
+            scripted(ALPHA),
+            scripted(BETA, schedule={"cron": "0 0 9 * * *", "tz": "Europe/Paris"}),
         ]
     )
     cfg.reload()
-    redis_client.rpush("test:src:alpha", 1, 2)
-    tick_job("alpha", now=timezone.now())
-    redis_client.set("test:mode:beta", "transient")
-    tick_job("beta", now=timezone.now())
+    redis_client.rpush(f"test:src:{ALPHA}", 1, 2)
+    tick_job(ALPHA, now=timezone.now())
+    redis_client.set(f"test:mode:{BETA}", "transient")
+    tick_job(BETA, now=timezone.now())
     page = login(operator).get(JOBS).content.decode()
-    assert "alpha" in page and "beta" in page and "every 1 min" in page
+    assert ALPHA in page and BETA in page and "every 1 min" in page
     assert "cron 0 0 9 * * * (Europe/Paris)" in page
     assert "scripted transient failure" in page and "np-transient" in page
     # next run in the job's zone, with UTC on hover
     assert re.search(r'title="[0-9-]+ [0-9:]+ UTC">[0-9-]+ [0-9:]+ CES?T', page)
     failing = login(operator).get(JOBS + "?health=failing").content.decode()
-    assert "beta" in failing and ">alpha<" not in failing
+    assert BETA in failing and f">{ALPHA}<" not in failing
     found = login(operator).get(JOBS + "?q=alph").content.decode()
-    assert "alpha" in found and ">beta<" not in found
+    assert ALPHA in found and f">{BETA}<" not in found
 
 
 def test_jobs_list_query_count_is_bounded_at_10000_jobs(cfg, operator):
@@ -81,61 +90,61 @@ def test_jobs_list_query_count_is_bounded_at_10000_jobs(cfg, operator):
 
 
 def test_pause_resume_through_actions_are_logged(cfg, operator):
-    cfg.write([scripted("a"), scripted("b")])
+    cfg.write([scripted(A), scripted(B)])
     cfg.reload()
     client = login(operator)
-    assert "Paused 2 job(s)" in act(client, "pause", "a", "b").content.decode()
-    assert set(PollState.objects.filter(paused=True).values_list("job_id", flat=True)) == {"a", "b"}
-    assert tick_job("a", now=timezone.now()).reason == "paused"
-    act(client, "resume", "a")
-    assert not PollState.objects.get(job_id="a").paused
+    assert f"Paused {A}, {B}." in act(client, "pause", A, B).content.decode()
+    assert set(PollState.objects.filter(paused=True).values_list("job_id", flat=True)) == {A, B}
+    assert tick_job(A, now=timezone.now()).reason == "paused"
+    act(client, "resume", A)
+    assert not PollState.objects.get(job_id=A).paused
     logs = LogEntry.objects.filter(user=operator).values_list("object_id", "change_message")
-    assert ("a", "pause (nexopoll admin)") in set(logs) and ("a", "resume (nexopoll admin)") in set(
+    assert (A, "pause (nexopoll admin)") in set(logs) and (A, "resume (nexopoll admin)") in set(
         logs
     )
 
 
 def test_reset_needs_confirmation_listing_the_cursors(cfg, redis_client, operator):
-    cfg.write([scripted("a")])
+    cfg.write([scripted(A)])
     cfg.reload()
-    redis_client.rpush("test:src:a", 41, 42)
-    tick_job("a", now=timezone.now())
+    redis_client.rpush(f"test:src:{A}", 41, 42)
+    tick_job(A, now=timezone.now())
     client = login(operator)
-    confirm = act(client, "reset", "a").content.decode()
+    confirm = act(client, "reset", A).content.decode()
     assert "These cursors will be cleared" in confirm and "42" in confirm
-    assert bytes(PollState.objects.get(job_id="a").cursor) == b"42"  # nothing done yet
-    act(client, "reset", "a", post="yes")
-    assert PollState.objects.get(job_id="a").cursor is None
+    assert bytes(PollState.objects.get(job_id=A).cursor) == b"42"  # nothing done yet
+    act(client, "reset", A, post="yes")
+    assert PollState.objects.get(job_id=A).cursor is None
 
 
 def test_view_only_staff_can_look_but_not_act(cfg, viewer):
-    cfg.write([scripted("a")])
+    cfg.write([scripted(A)])
     cfg.reload()
     client = login(viewer)
     page = client.get(JOBS).content.decode()
-    assert "a" in page and 'value="pause"' not in page
-    act(client, "pause", "a")
-    assert not PollState.objects.get(job_id="a").paused
-    assert client.post(JOBS + "a/do/pause/").status_code == 403
-    assert not PollState.objects.get(job_id="a").paused
+    assert A in page and 'value="pause"' not in page
+    act(client, "pause", A)
+    assert not PollState.objects.get(job_id=A).paused
+    assert client.post(JOBS + quote(A) + "/do/pause/").status_code == 403
+    assert not PollState.objects.get(job_id=A).paused
     assert client.get(JOBS + "reload/").status_code == 403
-    assert client.post(JOBS + "a/rewind/1/", {"post": "yes"}).status_code == 403
+    assert client.post(JOBS + quote(A) + "/rewind/1/", {"post": "yes"}).status_code == 403
 
 
 def test_csrf_stays_on(cfg, operator):
-    cfg.write([scripted("a")])
+    cfg.write([scripted(A)])
     cfg.reload()
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
-    assert client.post(JOBS + "a/do/pause/").status_code == 403
-    assert not PollState.objects.get(job_id="a").paused
+    assert client.post(JOBS + quote(A) + "/do/pause/").status_code == 403
+    assert not PollState.objects.get(job_id=A).paused
 
 
 def test_job_page_shows_definition_cursor_history_preview_deliveries(cfg, redis_client, operator):
     cfg.write(
         [
             scripted(
-                "a", config={"deliver": {"channel": "log", "to": "ops"}, "note": "${NOTE_TOKEN}"}
+                A, config={"deliver": {"channel": "log", "to": "ops"}, "note": "${NOTE_TOKEN}"}
             )
         ]
     )
@@ -144,10 +153,11 @@ def test_job_page_shows_definition_cursor_history_preview_deliveries(cfg, redis_
     os.environ["NOTE_TOKEN"] = "sekrit-canary-value-123"
     try:
         cfg.reload()
-        redis_client.rpush("test:src:a", 5)
-        tick_job("a", now=timezone.now())
-        PollState.objects.filter(job_id="a").update(cursor=b'{"v": 1, "seen": ["x"]}')
-        page = login(operator).get(JOBS + "a/change/").content.decode()
+        redis_client.rpush(f"test:src:{A}", 5)
+        tick_job(A, now=timezone.now())
+        PollState.objects.filter(job_id=A).update(cursor=b'{"v": 1, "seen": ["x"]}')
+        client = login(operator)
+        page = client.get(link_to(client, JOBS, A)).content.decode()
     finally:
         del os.environ["NOTE_TOKEN"]
     assert "pollers.yaml:" in page and "kind: scripted" in page and "${NOTE_TOKEN}" in page
@@ -160,25 +170,25 @@ def test_job_page_shows_definition_cursor_history_preview_deliveries(cfg, redis_
     assert 'class="np-strip"' in page and "np-cell np-ok" in page
     assert "Next fire times" in page and page.count('<tr class="np-tick">') == 1
     assert "item 5" not in page or True  # payloads are not shown in the list
-    assert Delivery.objects.filter(job_id="a").count() == 1 and "log" in page
+    assert Delivery.objects.filter(job_id=A).count() == 1 and "log" in page
 
 
 def test_dry_run_page_shows_deliveries_and_commits_nothing(cfg, redis_client, operator,
                                                            start_worker):  # fmt: skip
     start_worker()  # the dry run polls on a worker, never in the web process
-    cfg.write([scripted("a")])
+    cfg.write([scripted(A)])
     cfg.reload()
-    redis_client.rpush("test:src:a", 1, 2)
-    page = act(login(operator), "dry_run", "a").content.decode()
+    redis_client.rpush(f"test:src:{A}", 1, 2)
+    page = act(login(operator), "dry_run", A).content.decode()
     assert "Would deliver (2)" in page and "item 2" in page
-    s = PollState.objects.get(job_id="a")
+    s = PollState.objects.get(job_id=A)
     assert s.cursor is None and s.ticks_total == 0 and not Delivery.objects.exists()
 
 
 def test_redeliver_dead_rows_only(cfg, operator, redis_client):
     now = timezone.now()
     rows = [
-        Delivery.objects.create(job_id="a", agent="ana", epoch=1, channel="log", recipient="ops",
+        Delivery.objects.create(job_id=A, agent="ana", epoch=1, channel="log", recipient="ops",
                                 payload={"text": s}, status=s, next_attempt_at=now, created_at=now,
                                 attempts=8)
         for s in ("dead", "sent")
@@ -195,32 +205,32 @@ def test_redeliver_dead_rows_only(cfg, operator, redis_client):
 
 
 def test_reload_page_previews_then_applies(cfg, operator):
-    cfg.write([scripted("a")])
+    cfg.write([scripted(A)])
     cfg.reload()
     cfg.write(
         [
-            scripted("a"),
-            scripted("b"),
+            scripted(A),
+            scripted(B),
             {"id": "bad", "kind": "nope", "agent": "ana", "schedule": {"every_secs": 5}},
         ]
     )
     client = login(operator)
     page = client.get(JOBS + "reload/").content.decode()
-    assert "reload-plan" in page and ">b<" in page.replace("<td>b</td>", ">b<") and "nope" in page
-    assert not PollJob.objects.filter(job_id="b").exists()
+    assert "reload-plan" in page and f"<td>{B}</td>" in page and "nope" in page
+    assert not PollJob.objects.filter(job_id=B).exists()
     digest = re.search(r'name="digest" value="([0-9a-f]+)"', page).group(1)
     stale = client.post(JOBS + "reload/", {"post": "yes", "digest": "0" * 64}, follow=True)
     assert "changed since the plan was shown" in stale.content.decode()
-    assert not PollJob.objects.filter(job_id="b").exists()
+    assert not PollJob.objects.filter(job_id=B).exists()
     client.post(JOBS + "reload/", {"post": "yes", "digest": digest}, follow=True)
-    assert PollJob.objects.filter(job_id="b").exists()
+    assert PollJob.objects.filter(job_id=B).exists()
 
 
 def test_index_shows_the_summary(cfg, redis_client, operator):
-    cfg.write([scripted("a"), scripted("b", paused_on_boot=True)])
+    cfg.write([scripted(A), scripted(B, paused_on_boot=True)])
     cfg.reload()
     now = timezone.now()
-    Delivery.objects.create(id=uuid.uuid4(), job_id="a", agent="ana", epoch=1, channel="log",
+    Delivery.objects.create(id=uuid.uuid4(), job_id=A, agent="ana", epoch=1, channel="log",
                             recipient="ops", payload={}, status="dead", next_attempt_at=now,
                             created_at=now)  # fmt: skip
     page = login(operator).get("/admin/").content.decode()
@@ -230,9 +240,9 @@ def test_index_shows_the_summary(cfg, redis_client, operator):
     assert re.search(r"<strong>1</strong>dead deliveries", summary)
 
 
-@pytest.mark.parametrize("path", ["/admin/admin_ext/job/add/", "/admin/admin_ext/job/a/delete/"])
+@pytest.mark.parametrize("path", [JOBS + "add/", JOBS + quote(A) + "/delete/"])
 def test_definitions_cannot_be_added_or_deleted(cfg, operator, path):
-    cfg.write([scripted("a")])
+    cfg.write([scripted(A)])
     cfg.reload()
     assert login(operator).get(path).status_code in (302, 403)
-    assert PollJob.objects.filter(job_id="a").exists()
+    assert PollJob.objects.filter(job_id=A).exists()

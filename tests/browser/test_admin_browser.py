@@ -1,9 +1,10 @@
-"""The admin in headless Chromium against a live server, a real worker, beat and Redis."""
+"""The admin in headless Chromium against a live server, a real worker, beat and Redis.
+
+Pages are reached by clicking from /admin/, and the job ids use ``_`` ``.`` ``-`` and
+digits, so every link goes through the admin's quoting (``_`` reads ``_5F``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from .conftest import ARTIFACTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
+ALPHA, BETA = "alpha_1.feed-eu", "beta_2.feed-us"
 
 
 def make_user(name: str, *perms: str, superuser: bool = False) -> User:
@@ -40,9 +42,19 @@ def login(driver, live_server, name: str) -> None:
     WebDriverWait(driver, 20).until(lambda d: "nexopoll-summary" in d.page_source)
 
 
-def jobs_page(driver, live_server, query: str = "") -> None:
-    driver.get(f"{live_server.url}/admin/admin_ext/job/{query}")
+def jobs_page(driver) -> None:
+    """From the index (where login lands), the app list's "Jobs" link."""
+    driver.find_element(By.CSS_SELECTOR, ".breadcrumbs a, #site-name a").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "nexopoll-summary"))
+    driver.find_element(By.CSS_SELECTOR, "#content-main tr.model-job th a").click()
     WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "result_list"))
+
+
+def job_page(driver, job_id: str) -> None:
+    """The jobs list, then the job's link in its row."""
+    jobs_page(driver)
+    driver.find_element(By.XPATH, f"//table[@id='result_list']//th/a[text()='{job_id}']").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "job-state"))
 
 
 def run_action(driver, action: str, *job_ids: str) -> None:
@@ -63,54 +75,52 @@ def shot(driver, name: str) -> Path:
 @pytest.fixture
 def running(stack):
     """Two scripted jobs ticking every second through a real beat and worker."""
-    stack.write([job("alpha", every=1), job("beta", every=1)])
+    stack.write([job(ALPHA, every=1), job(BETA, every=1)])
     stack.reload()
-    stack.publish("alpha", 1, 2)
+    stack.publish(ALPHA, 1, 2)
     stack.worker()
     stack.beat()
-    wait_for(lambda: stack.ticks("alpha") >= 1 and stack.ticks("beta") >= 1, 60, what="ticks")
+    wait_for(lambda: stack.ticks(ALPHA) >= 1 and stack.ticks(BETA) >= 1, 60, what="ticks")
     return stack
 
 
 def test_jobs_list_pause_and_it_stops_ticking(browser, live_server, running):
     make_user("root", superuser=True)
     login(browser, live_server, "root")
-    wait_for(lambda: PollState.objects.get(job_id="alpha").last_status == "ok", 30)
-    jobs_page(browser, live_server)
+    wait_for(lambda: PollState.objects.get(job_id=ALPHA).last_status == "ok", 30)
+    jobs_page(browser)
     page = browser.page_source
-    assert "alpha" in page and "beta" in page and "every 1 s" in page and "np-ok" in page
-    picture = shot(browser, "jobs-list")
-    if os.environ.get("NEXOPOLL_DOCS_SCREENSHOT") == "1":  # refresh docs/admin-jobs.png
-        shutil.copy(picture, DOCS / "admin-jobs.png")
-    run_action(browser, "pause", "alpha")
-    WebDriverWait(browser, 20).until(lambda d: "Paused 1 job(s)" in d.page_source)
-    assert PollState.objects.get(job_id="alpha").paused
-    after = running.ticks("alpha")
-    beta = running.ticks("beta")
-    wait_for(lambda: running.ticks("beta") >= beta + 3, 30, what="three more slots of beta")
-    assert running.ticks("alpha") <= after + 1  # at most one tick already in flight
+    assert ALPHA in page and BETA in page and "every 1 s" in page and "np-ok" in page
+    shot(browser, "jobs-list")  # the README's picture: test_operator_clicks, at 1400 px
+    run_action(browser, "pause", ALPHA)
+    WebDriverWait(browser, 20).until(lambda d: f"Paused {ALPHA}." in d.page_source)
+    assert PollState.objects.get(job_id=ALPHA).paused
+    after = running.ticks(ALPHA)
+    beta = running.ticks(BETA)
+    wait_for(lambda: running.ticks(BETA) >= beta + 3, 30, what="three more slots of beta")
+    assert running.ticks(ALPHA) <= after + 1  # at most one tick already in flight
 
 
 def test_reset_with_confirmation(browser, live_server, running):
     make_user("root", superuser=True)
-    wait_for(lambda: PollState.objects.get(job_id="alpha").cursor is not None, 30)
+    wait_for(lambda: PollState.objects.get(job_id=ALPHA).cursor is not None, 30)
     login(browser, live_server, "root")
-    jobs_page(browser, live_server)
-    run_action(browser, "reset", "alpha")
+    jobs_page(browser)
+    run_action(browser, "reset", ALPHA)
     WebDriverWait(browser, 20).until(lambda d: d.find_elements(By.ID, "confirm-reset"))
     assert "These cursors will be cleared" in browser.page_source
     shot(browser, "reset-confirm")
-    PollState.objects.filter(job_id="alpha").update(paused=True)  # hold still while we look
+    PollState.objects.filter(job_id=ALPHA).update(paused=True)  # hold still while we look
     browser.find_element(By.ID, "confirm-reset").click()
     WebDriverWait(browser, 20).until(lambda d: "cursors cleared" in d.page_source)
-    assert PollState.objects.get(job_id="alpha").cursor is None
+    assert PollState.objects.get(job_id=ALPHA).cursor is None
 
 
 def test_run_now_result_on_the_job_page_and_dry_run(browser, live_server, running):
     make_user("op", "view_job", "operate_job")
     login(browser, live_server, "op")
-    running.publish("alpha", 3)
-    browser.get(f"{live_server.url}/admin/admin_ext/job/alpha/change/")
+    running.publish(ALPHA, 3)
+    job_page(browser, ALPHA)
     browser.find_element(By.CSS_SELECTOR, "input[name=run]").click()
     WebDriverWait(browser, 20).until(lambda d: "run queued as task" in d.page_source)
 
@@ -123,29 +133,29 @@ def test_run_now_result_on_the_job_page_and_dry_run(browser, live_server, runnin
     wait_for(result_shown, 60, interval=1, what="run-now result on the job page")
     assert "np-strip" in browser.page_source
     shot(browser, "job-page")
-    PollState.objects.filter(job_id="alpha").update(paused=True)
+    PollState.objects.filter(job_id=ALPHA).update(paused=True)
     # one worker process: once beta ticked twice more, no alpha tick is in flight
-    beta = running.ticks("beta")
-    wait_for(lambda: running.ticks("beta") >= beta + 2, 30, what="beta ticks after the pause")
-    running.publish("alpha", 99)
-    before = PollState.objects.get(job_id="alpha")
+    beta = running.ticks(BETA)
+    wait_for(lambda: running.ticks(BETA) >= beta + 2, 30, what="beta ticks after the pause")
+    running.publish(ALPHA, 99)
+    before = PollState.objects.get(job_id=ALPHA)
     browser.find_element(By.CSS_SELECTOR, "input[name=dry-run]").click()
     WebDriverWait(browser, 30).until(lambda d: "Would deliver" in d.page_source)
     assert "item 99" in browser.page_source
     shot(browser, "dry-run")
-    now = PollState.objects.get(job_id="alpha")
+    now = PollState.objects.get(job_id=ALPHA)
     assert now.cursor == before.cursor and now.epoch == before.epoch
 
 
 def test_redeliver_a_dead_row(browser, live_server, running):
     make_user("op", "view_outboxrow", "redeliver", "view_job")
     now = timezone.now()
-    row = Delivery.objects.create(id=uuid.uuid4(), job_id="alpha", agent="ana", epoch=1,
+    row = Delivery.objects.create(id=uuid.uuid4(), job_id=ALPHA, agent="ana", epoch=1,
                                   channel="webhook", recipient="ops", payload={"text": "again"},
                                   status="dead", attempts=8, next_attempt_at=now, created_at=now,
                                   last_error="HTTP 500")  # fmt: skip
     login(browser, live_server, "op")
-    browser.get(f"{live_server.url}/admin/admin_ext/outboxrow/?status__exact=dead")
+    browser.find_element(By.CSS_SELECTOR, "#nexopoll-summary a[href$='status__exact=dead']").click()
     WebDriverWait(browser, 20).until(lambda d: d.find_elements(By.ID, "result_list"))
     browser.find_element(By.CSS_SELECTOR, f"input[name=_selected_action][value='{row.id}']").click()
     Select(browser.find_element(By.NAME, "action")).select_by_value("redeliver")
@@ -159,29 +169,30 @@ def test_reload_preview_then_apply(browser, live_server, running, settings):
     settings.NEXOPOLL_CONFIG = str(running.config)  # the web process reads the stack's file
     make_user("root", superuser=True)
     login(browser, live_server, "root")
-    running.write([job("alpha", every=1), job("beta", every=1), job("gamma", every=5)])
-    jobs_page(browser, live_server)
+    running.write([job(ALPHA, every=1), job(BETA, every=1), job("gamma_3.x", every=5)])
+    jobs_page(browser)
     browser.find_element(By.CSS_SELECTOR, ".object-tools a[href$='/reload/']").click()
     WebDriverWait(browser, 20).until(lambda d: d.find_elements(By.ID, "reload-plan"))
-    assert "gamma" in browser.find_element(By.ID, "reload-plan").text
-    assert not PollJob.objects.filter(job_id="gamma").exists()
+    assert "gamma_3.x" in browser.find_element(By.ID, "reload-plan").text
+    assert not PollJob.objects.filter(job_id="gamma_3.x").exists()
     shot(browser, "reload-plan")
     browser.find_element(By.ID, "apply-reload").click()
     WebDriverWait(browser, 20).until(lambda d: "Reload applied" in d.page_source)
-    assert PollJob.objects.filter(job_id="gamma").exists()
+    assert PollJob.objects.filter(job_id="gamma_3.x").exists()
 
 
 def test_view_only_user_is_refused_actions(browser, live_server, running):
     make_user("viewer", "view_job")
     login(browser, live_server, "viewer")
-    jobs_page(browser, live_server)
+    jobs_page(browser)
     options = [
         o.get_attribute("value")
         for o in browser.find_elements(By.CSS_SELECTOR, "select[name=action] option")
     ]
     assert "pause" not in options and "reset" not in options
-    browser.get(f"{live_server.url}/admin/admin_ext/job/alpha/change/")
+    job_page(browser, ALPHA)
     assert not browser.find_elements(By.ID, "job-actions")
-    browser.get(f"{live_server.url}/admin/admin_ext/job/reload/")
+    assert not browser.find_elements(By.CSS_SELECTOR, ".object-tools a[href$='/reload/']")
+    browser.get(f"{live_server.url}/admin/admin_ext/job/reload/")  # typed: no link to click
     assert "403" in browser.title or "Forbidden" in browser.page_source
-    assert not PollState.objects.get(job_id="alpha").paused
+    assert not PollState.objects.get(job_id=ALPHA).paused

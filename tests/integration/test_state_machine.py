@@ -10,7 +10,8 @@ running tick (the lease key deleted while the tick waits at its barrier; a secon
 tick takes over), a lost Redis reply on the lease acquire (a fault proxy), an
 operator's pause/resume/reset/reload while a (failing) tick is in flight, a Redis
 FLUSHALL, a crash between commit and enqueue (the queued deliver task lost),
-receiver failures, and the clock moving on.
+receiver failures, the clock moving on, and workers with skewed clocks sharing a
+provider rate limit.
 
 After every step: no item lost (every item the cursor passed has a delivery row
 that is sent, pending or held), duplicates at the receiver only under one delivery
@@ -236,6 +237,40 @@ class Pipeline(RuleBasedStateMachine):
         services.reset_job(self.job)
         self.reset_epochs.append(PollState.objects.get(job_id=self.job).epoch)
         self.last_cursor = 0
+
+    @rule(skew=st.sampled_from([-300, 300]), rate=st.sampled_from([30.0, 7.0]))
+    def clock_skew_in_the_limiter(self, skew: int, rate: float) -> None:
+        """Two workers hammer one bot's rate limit, one with its clock ``skew`` s off
+        (time-machine moves this process's clocks; Redis keeps the true time). Turns
+        are spaced ``1 / rate`` apart by Redis' clock and never granted without being
+        taken: n turns granted between two Redis times t0 and t1 span (n - 1) / rate."""
+        import time
+
+        import time_machine
+
+        from nexopoll.runtime import ratelimit
+
+        def redis_ms() -> float:
+            sec, usec = self.redis.time()
+            return sec * 1000 + usec / 1000
+
+        skewed = time_machine.travel(timezone.now() + timedelta(seconds=skew), tick=True)
+        bot, granted = f"bot:{self.job}:{next(_examples)}", 0
+        t0, end = redis_ms(), time.monotonic() + 0.15
+        i = 0
+        while time.monotonic() < end:
+            if i % 2:
+                skewed.start()
+            try:
+                limits = [(bot, rate), (f"chat:{bot}:{i % 60}", 1.0)]
+                granted += ratelimit.acquire(self.redis, "telegram", limits) == 0
+            finally:
+                if i % 2:
+                    skewed.stop()
+            i += 1
+        t1 = redis_ms()
+        most = (t1 - t0) * rate / 1000 + 1 + 1e-3
+        assert 1 <= granted <= most, f"{granted} turns in {t1 - t0:.1f} ms at {rate}/s"
 
     @precondition(lambda self: not PollState.objects.get(job_id=self.job).paused)
     @rule()

@@ -55,6 +55,7 @@ def test_success_reply_decodes_to_an_ack():
     assert ack.next_cursor == b"world" and ack.next_interval_hint.total_seconds() == 120
     assert (ack.items_seen, ack.items_dispatched) == (5, 2)
     assert ack_from_result({}, "p").next_cursor is None
+    assert ack_from_result({"notice": "re-baselined"}, "p").notice == "re-baselined"
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_malformed_lines_are_protocol_errors(raw, why):
 @pytest.mark.parametrize(
     "result",
     [[], {"next_cursor": "aGVsbG8="}, {"next_interval_secs": -1}, {"next_interval_secs": True},
-     {"metrics": {"items_seen": -1}}, {"metrics": []}, {"surprise": 1}],
+     {"metrics": {"items_seen": -1}}, {"metrics": []}, {"surprise": 1}, {"notice": 3}],
 )  # fmt: skip
 def test_malformed_results_are_protocol_errors(result):
     with pytest.raises(ProtocolError):

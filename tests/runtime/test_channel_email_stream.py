@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from nexopoll.models import Delivery
 from nexopoll.runtime.delivery import deliver_rows
@@ -118,3 +119,40 @@ def test_a_stream_without_redis_is_a_transient_failure(cfg, redis_client, settin
         settings.REDIS_URL = good
         rmod._client = None
     assert "XADD" in Delivery.objects.get(id=row_id).last_error
+
+
+def test_stream_redeliver_force_adds_the_entry_again(cfg, redis_client):
+    """A consumer lost what it read (its stream was trimmed or deleted): ``pollers
+    redeliver --force`` sends the row again, the marker does not swallow it."""
+    (row_id,) = commit(cfg, redis_client, "stream", "42", {"account": "ana_bot"})
+    key = "plugin.outbound.stream.ana_bot"
+    assert send([row_id], NOW) == {row_id: "sent"}
+    redis_client.delete(key)  # the receiver lost it
+    out = StringIO()
+    call_command("pollers", "redeliver", row_id, "--force", stdout=out)
+    assert "requeued 1 row(s)" in out.getvalue()
+    later = timezone.now() + timedelta(seconds=1)  # redeliver made it due now
+    assert send([row_id], later) == {row_id: "sent"}
+    [(_, entry)] = redis_client.xrange(key)
+    assert entry["delivery_id"] == row_id
+    # an ordinary retry after a lost answer still adds nothing
+    Delivery.objects.filter(id=row_id).update(status="pending", claimed_until=None)
+    assert send([row_id], later) == {row_id: "sent"}
+    assert redis_client.xlen(key) == 1
+
+
+def test_stream_redeliver_force_is_refused_while_redis_is_down(cfg, redis_client, settings):
+    (row_id,) = commit(cfg, redis_client, "stream", "42", {"account": "ana_bot"})
+    assert send([row_id], NOW) == {row_id: "sent"}
+    from nexopoll.runtime import redis as rmod
+
+    good = settings.REDIS_URL
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"  # nothing listens there
+    rmod._client = None
+    try:
+        with pytest.raises(CommandError, match="cannot send again"):
+            call_command("pollers", "redeliver", row_id, "--force", stdout=StringIO())
+    finally:
+        settings.REDIS_URL = good
+        rmod._client = None
+    assert Delivery.objects.get(id=row_id).status == "sent"

@@ -6,12 +6,15 @@ backlog that nobody consumes shows what the sweeper adds to it.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from nexopoll import tasks
 from nexopoll.models import Delivery
-from nexopoll.runtime.delivery import requeue_after
+from nexopoll.runtime import outbox
+from nexopoll.runtime.delivery import deliver_rows, requeue_after
 from nexopoll.runtime.tick import tick_job
 from tests.support.celeryqueue import messages, queued_deliveries
 from tests.support.sink import Sink
@@ -90,3 +93,60 @@ def test_a_short_retry_is_queued_once_by_the_deliver_task_not_again_by_the_sweep
         Delivery.objects.filter(id=row_id).update(next_attempt_at=timezone.now())
         assert tasks.sweep_outbox()["queued"] == 0
         assert queued_deliveries(redis_client) == {row_id: 1}
+
+
+def take_at_once_and_fail(redis_client, sink):
+    """A fast worker: takes every deliver message the moment it is published (Celery's
+    ``after_task_publish``) and tries its rows while the receiver fails."""
+    from celery.signals import after_task_publish
+
+    sink.server.route("POST", "/hook", lambda req: (503, {}, b""))
+    outcomes: dict[str, str] = {}
+
+    def handler(sender=None, **kw):
+        if sender != "nexopoll.deliver":
+            return
+        ids = [i for t, args in messages(redis_client) if t == sender for i in args[0]]
+        redis_client.delete("nexopoll")
+        outcomes.update(deliver_rows(ids, clock=timezone.now))
+
+    after_task_publish.connect(handler, weak=False)
+    return outcomes, lambda: after_task_publish.disconnect(handler)
+
+
+def test_a_row_taken_before_enqueue_returns_is_left_unmarked(cfg, redis_client):
+    """A worker claims the row between the publish and the return of ``enqueue``: its
+    claim cleared the mark, and nothing marks it again, so the sweeper queues the retry."""
+    with Sink() as sink:
+        (row_id,) = commit_rows(cfg, redis_client, sink.url, 1)
+        redis_client.delete("nexopoll")
+        Delivery.objects.update(enqueued_at=None, next_attempt_at=timezone.now())
+        outcomes, stop = take_at_once_and_fail(redis_client, sink)
+        try:
+            assert outbox.enqueue([row_id]) == 1
+        finally:
+            stop()
+        assert outcomes == {row_id: "retry"}
+        row = Delivery.objects.get(id=row_id)
+        assert row.status == "pending" and row.enqueued_at is None, "a stale mark"
+        later = row.next_attempt_at + timedelta(seconds=1)
+        assert outbox.sweep(now=later)["queued"] == 1
+
+
+def test_a_failed_publish_leaves_the_rows_unmarked(cfg, redis_client):
+    """The broker refuses the message (Redis out of memory): the rows are not marked as
+    queued, so the next sweep queues them at once."""
+    with Sink() as sink:
+        ids = commit_rows(cfg, redis_client, sink.url, 3)
+        redis_client.delete("nexopoll")
+        Delivery.objects.update(enqueued_at=None)
+        redis_client.config_set("maxmemory-policy", "noeviction")
+        redis_client.config_set("maxmemory", 1)
+        try:
+            assert outbox.enqueue(ids) == 0
+        finally:
+            redis_client.config_set("maxmemory", 0)
+        assert not Delivery.objects.filter(enqueued_at__isnull=False).exists()
+        assert redis_client.llen("nexopoll") == 0
+        assert outbox.sweep(now=NOW + timedelta(minutes=1))["queued"] == 3
+        assert queued_deliveries(redis_client) == {i: 1 for i in ids}

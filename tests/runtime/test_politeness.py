@@ -16,6 +16,7 @@ from nexopoll.core.config import ConfigFileError
 from nexopoll.models import PollState
 from nexopoll.runtime.tick import tick_job
 from tests.support.httpserver import TestHTTPServer, json_reply
+from tests.support.procs import wait_for
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
@@ -137,3 +138,26 @@ def test_bad_host_limits_reject_the_job(cfg, limits, message):
     else:
         text = " ".join(str(i) for i in result.issues)
     assert "host_limits" in text and message in text
+
+
+def test_a_short_budget_never_cuts_the_turns_of_long_running_requests(redis_client):
+    """Cap 2: a request with a 30 s budget holds a turn; one with a 1 s budget (a 2 s
+    lease) comes and goes. The holders' set must outlive the short lease, or the long
+    request's turn vanishes with it and two more requests get in (3 in flight)."""
+    from nexopoll.net.http import DeadlineExceededError, _Budget
+    from nexopoll.runtime import politeness
+
+    host, key = "mixed.example", "nexopoll:host:mixed.example"
+    with politeness.turn(host, _Budget(30, None, "long"), in_flight=2, per_sec=0):
+        with politeness.turn(host, _Budget(1, None, "short"), in_flight=2, per_sec=0):
+            pass
+        assert redis_client.pttl(key) > 25_000, "a short lease shortened the holders' set"
+        # past the short lease (Redis' clock): the long request still holds its turn
+        start = redis_client.time()[0]
+        wait_for(lambda: redis_client.time()[0] >= start + 3, 10, what="the short lease over")
+        assert redis_client.zcard(key) == 1
+        with politeness.turn(host, _Budget(1, None, "second"), in_flight=2, per_sec=0):
+            with pytest.raises(DeadlineExceededError):  # a third would exceed the cap
+                with politeness.turn(host, _Budget(0.3, None, "third"), in_flight=2, per_sec=0):
+                    pass
+    assert redis_client.zcard(key) == 0

@@ -48,13 +48,14 @@ def test_rows_are_stored_as_the_orm_stores_them(cfg):
     assert plain.failure_to is None and plain.host_limits is None and not plain.paused_on_boot
     assert PollJob.objects.filter(failure_to__isnull=True).count() == 1  # SQL NULL, not 'null'
     # state rows: the model's defaults, the hash, paused_on_boot
-    skip = ("job_id", "definition_hash", "paused", "paused_reason")
+    skip = ("job_id", "definition_hash", "paused", "paused_reason", "paused_by")
     default = model_to_dict(PollState(job_id="x"), exclude=skip)
     for job_id, paused in (("plain", False), ("full", True)):
         state = PollState.objects.get(job_id=job_id)
         assert model_to_dict(state, exclude=skip) == default
         assert state.definition_hash == PollJob.objects.get(job_id=job_id).definition_hash
         assert (state.paused, state.paused_reason) == (paused, "paused_on_boot" * paused)
+        assert state.paused_by == "boot" * paused
 
 
 def test_a_job_added_back_keeps_its_cursor_and_long_id_lists_go_in_chunks(
@@ -75,7 +76,9 @@ def test_a_job_added_back_keeps_its_cursor_and_long_id_lists_go_in_chunks(
     back = PollState.objects.get(job_id="j00")
     assert bytes(back.cursor) == b"1" and back.paused and back.paused_reason == "paused_on_boot"
     assert back.definition_hash == PollJob.objects.get(job_id="j00").definition_hash
-    assert redis_client.zcard(keys.schedule_key()) == 12
+    # the paused one's entry is installed (its hash says paused) but out of the schedule
+    assert redis_client.zcard(keys.schedule_key()) == 11
+    assert redis_client.zscore(keys.schedule_key(), keys.entry_key("j00")) is None
     assert len(redis_client.hgetall(keys.hashes_key())) == 12
 
 

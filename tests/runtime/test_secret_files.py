@@ -97,3 +97,17 @@ def test_credentials_get_leaves_channel_secrets_out(monkeypatch):
     assert host.credentials_get("google")["client_secret"] == "123:CRED-CANARY"
     with pytest.raises(CredentialsMissingError):
         host.credentials_get("whatsapp")
+
+
+def test_public_variables_are_not_secrets(settings):
+    from nexopoll.core.redact import secret_values
+
+    refs = {"a": "${FEED_BASE}/x", "b": "${TOKEN}", "c": "${OTHER}", "d": "${NEXOPOLL_DEMO_BASE}"}
+    env = SecretEnv({"FEED_BASE": "https://feeds.example.com", "TOKEN": "s3cr3t-t0ken",
+                     "OTHER": "https://other.example.com", "NEXOPOLL_PUBLIC_VARS": "FEED_BASE",
+                     "NEXOPOLL_DEMO_BASE": "http://127.0.0.1:8000"})  # fmt: skip
+    assert secret_values(refs, env) == {"s3cr3t-t0ken", "https://other.example.com"}
+    settings.NEXOPOLL_PUBLIC_VARS = ["OTHER"]
+    assert secret_values(refs, env) == {"s3cr3t-t0ken"}
+    settings.NEXOPOLL_PUBLIC_VARS = "OTHER TOKEN"
+    assert secret_values(refs, env) == frozenset()

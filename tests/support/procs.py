@@ -143,7 +143,7 @@ class CeleryProc:
         base = [*self.prefix, sys.executable, "-m", "celery", "-A", "nexopoll"]
         if self.role == "worker":
             cmd = base + [
-                "worker", "-P", "prefork", "-c", "1", "-Q", "nexopoll", "-n", f"{self.name}@%h",
+                "worker", "-P", "prefork", "-c", "1", "-n", f"{self.name}@%h",  # queue: settings
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
             ]  # fmt: skip
             ready = "ready."

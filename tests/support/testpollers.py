@@ -39,6 +39,10 @@ from nexopoll.runtime.host import PendingDelivery
 
 
 def _client() -> redis.Redis:
+    if os.environ.get("NEXOPOLL_REDIS_SENTINELS"):  # follow the master, as nexopoll does
+        from nexopoll.runtime.redis import get_redis
+
+        return get_redis()
     return redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
 
 

@@ -114,7 +114,7 @@ class Command(BaseCommand):
                 j["id"], j["kind"], j["agent"], j.get("status", "-"),
                 "yes" if j.get("paused") else "no", str(j.get("consecutive_errors", 0)),
                 j.get("breaker", "-"), (j.get("last_run_at") or "-")[:19],
-                (j.get("next_run_at") or j.get("next_slot_at") or "-")[:19],
+                "paused" if j.get("paused") else (j.get("next_run_at") or "-")[:19],
             ))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
@@ -123,6 +123,9 @@ class Command(BaseCommand):
             )
         if len(rows) == 1:
             self.stdout.write("(no jobs: run `nexopoll reload`)")
+        for j in jobs:  # what a poller asked operators to know (an automatic re-baseline…)
+            if j.get("notice"):
+                self.stdout.write(f"notice {j['id']} {(j['notice_at'] or '')[:19]}: {j['notice']}")
 
     def do_show(self, job_id: str, **opts: Any) -> None:
         view = services.show_job(job_id, now=timezone.now())
@@ -193,11 +196,13 @@ class Command(BaseCommand):
             self._json(res.as_dict())
             return self._fail_on_issues(res)
         self.stdout.write(f"{'plan' if opts['dry_run'] else 'applied'} ({res.source}):")
-        for name in ("add", "replace", "remove", "keep", "kept_invalid"):
+        for name in ("add", "replace", "remove", "keep", "kept_invalid", "resumed"):
             ids = getattr(res, name)
             self.stdout.write(
                 f"  {name:13} {len(ids):5}  {', '.join(ids[:20])}{' …' if len(ids) > 20 else ''}"
             )
+        for warning in res.warnings:
+            self.stderr.write(f"  warning: {warning}")
         for issue in res.issues:
             self.stderr.write(f"  rejected: {issue}")
         self._fail_on_issues(res)
