@@ -7,6 +7,9 @@ worker with ``prefetch 1`` keeps waiting for an ack that will never come and sto
 fetching for good. Here the slot is freed whatever Redis answered; the message's
 unacked copy in Redis is restored after the visibility timeout and runs again,
 which ticks and deliveries tolerate (lease, epoch fencing, delivery claims).
+
+On RabbitMQ (``CELERY_BROKER_URL=amqp://...``) kombu's own AMQP transport is used as
+is: the broker redelivers an unacked message when its channel closes.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class Transport(kombu_redis.Transport):
 
 app = Celery("nexopoll")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.broker_transport = "nexopoll.celery:Transport"
+if not str(app.conf.broker_url).startswith(("amqp", "pyamqp")):  # not RabbitMQ: Redis
+    app.conf.broker_transport = "nexopoll.celery:Transport"
 # RedBeat looks its options up by their bare names; set them so, not only under the
 # CELERY_ namespace (otherwise it warns and falls back to the broker settings).
 app.conf.update(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 from .env import env_bool, env_float, env_int, env_secret, env_str
@@ -241,7 +242,17 @@ NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 
 # --- Celery -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
-CELERY_BROKER_URL = REDIS_URL
+# The broker: Redis (REDIS_URL) unless CELERY_BROKER_URL names another, e.g. RabbitMQ
+# (amqp://user:pass@host:port/vhost). Redis stays at REDIS_URL for RedBeat, leases and
+# the rest whatever the broker is (docs/deploy.md).
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "") or REDIS_URL
+BROKER_IS_AMQP = CELERY_BROKER_URL.partition("://")[0] in ("amqp", "amqps", "pyamqp")
+# RabbitMQ queue type: quorum (replicated; RabbitMQ >= 3.8) or classic; both durable
+NEXOPOLL_AMQP_QUEUE_TYPE = env_str("NEXOPOLL_AMQP_QUEUE_TYPE", "quorum")
+if NEXOPOLL_AMQP_QUEUE_TYPE not in ("quorum", "classic"):
+    raise ImproperlyConfigured(
+        f"NEXOPOLL_AMQP_QUEUE_TYPE must be quorum or classic, not {NEXOPOLL_AMQP_QUEUE_TYPE!r}"
+    )
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_TASK_IGNORE_RESULT = True  # ticks keep no results; "run now" does (django-celery-results)
 CELERY_RESULT_EXTENDED = True
@@ -291,6 +302,20 @@ CELERY_TASK_DEFAULT_QUEUE = "nexopoll"
 # flushed Redis loses (publishes would be dropped until every worker restarts).
 CELERY_TASK_QUEUES = (Queue("nexopoll", Exchange("", type="direct"), routing_key="nexopoll"),)
 CELERY_TASK_DEFAULT_EXCHANGE = ""
+if BROKER_IS_AMQP:
+    # RabbitMQ: a durable queue bound to a durable topic exchange (Celery's native delayed
+    # delivery, which quorum queues need for countdowns, wants a topic exchange); the
+    # messages are persistent (delivery_mode 2, Celery's default)
+    CELERY_TASK_QUEUES = (
+        Queue(
+            "nexopoll", Exchange("nexopoll", type="topic", durable=True), routing_key="nexopoll",
+            durable=True, queue_arguments={"x-queue-type": NEXOPOLL_AMQP_QUEUE_TYPE},
+        ),
+    )  # fmt: skip
+    CELERY_TASK_DEFAULT_EXCHANGE = "nexopoll"
+    CELERY_TASK_DEFAULT_EXCHANGE_TYPE = "topic"
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = NEXOPOLL_AMQP_QUEUE_TYPE
+    CELERY_TASK_DEFAULT_DELIVERY_MODE = "persistent"
 CELERY_TASK_DEFAULT_ROUTING_KEY = "nexopoll"
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
