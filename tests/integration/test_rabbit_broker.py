@@ -189,3 +189,20 @@ def test_broker_sigkill_and_restart_loses_no_item(rstack):
         assert_no_loss_dup_safe(rstack.sink, j, items)
     assert resumed < 30
     assert all(p.proc.poll() is None for p in rstack.procs), "worker and beat kept running"
+
+
+def test_short_countdowns_are_delayed_not_dropped_on_quorum_queues(rstack):
+    """A delivery that must wait (the sink answered 503) goes back on the queue with a
+    countdown under a second; on quorum queues that travels through Celery's native
+    delayed delivery, whose whole-second routing refused it (the row then waited for
+    the sweeper)."""
+    from tests.support.httpserver import reply, sequence
+
+    rstack.sink.server.route("POST", "/hook", sequence(503, reply(200)))
+    rstack.write([job("a")])
+    rstack.reload()
+    rstack.publish("a", 1)
+    worker = rstack.worker()
+    rstack.beat(NEXOPOLL_SWEEP_SECS="3600")  # no sweeper to mask a dropped countdown
+    wait_for(lambda: 1 in rstack.sink.item_ids("a"), 60, what="the retried delivery")
+    assert "enqueue_failed" not in worker.text(), worker.text()[-6000:]
