@@ -65,18 +65,19 @@ class Tally:
     read: int = 0
 
 
+def setup_django() -> None:
+    """Settings for this process (key names); the stack's processes get their own env."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
+    django.setup()
+
+
 def sentinel_supported() -> bool:
     """This build reads NEXOPOLL_REDIS_SENTINELS (Redis Sentinel support is merged)."""
-    try:
-        import django
+    from django.conf import settings
 
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
-        django.setup()
-        from django.conf import settings
-
-        return hasattr(settings, "NEXOPOLL_REDIS_SENTINELS")
-    except Exception:
-        return False
+    return hasattr(settings, "NEXOPOLL_REDIS_SENTINELS")
 
 
 class Chaos:
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pg_tools_available():
         print("chaos: needs root, runuser and PostgreSQL 15's initdb/pg_ctl (private cluster)")
         return 2
+    setup_django()
     chaos = Chaos(args.jobs, args.every or max(2.0, args.jobs / 100), args.threads)
     rows: list[Row] = []
     skipped: list[str] = []
