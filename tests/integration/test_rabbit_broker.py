@@ -206,3 +206,23 @@ def test_short_countdowns_are_delayed_not_dropped_on_quorum_queues(rstack):
     rstack.beat(NEXOPOLL_SWEEP_SECS="3600")  # no sweeper to mask a dropped countdown
     wait_for(lambda: 1 in rstack.sink.item_ids("a"), 60, what="the retried delivery")
     assert "enqueue_failed" not in worker.text(), worker.text()[-6000:]
+
+
+def test_healthz_checks_rabbitmq_when_it_is_the_broker(rabbit_node, db, settings):
+    from nexopoll import health
+
+    settings.CELERY_BROKER_URL, settings.BROKER_IS_AMQP = rabbit_node.url, True
+    if rabbit_node.proc is None:
+        rabbit_node.start()
+    healthy, results = health.run_checks()
+    assert results["broker"]["ok"] is True, results
+    rabbit_node.kill()
+    try:
+        healthy, results = health.run_checks()
+        assert not healthy
+        assert results["broker"] == {"ok": False, "error": "ConnectionRefusedError"}
+        assert "guest" not in str(results) and str(rabbit_node.port) not in str(results)
+    finally:
+        rabbit_node.start()
+    settings.BROKER_IS_AMQP = False
+    assert "broker" not in health.run_checks()[1]  # a Redis broker: the redis check
