@@ -126,7 +126,7 @@ rabbitmq-bin:
 	  apt-get update -qq && apt-get install -y -qq rabbitmq-server; }
 
 # The chaos run (docs/deploy.md): 1,000 jobs, each component killed in turn; exits 1 when an
-# item was lost. About 15 min: nightly. CHAOS_ARGS: --jobs N --every S --faults a,b
+# item was lost. About 5 min: nightly. CHAOS_ARGS: --jobs N --every S --faults a,b
 chaos: venv redis-bin rabbitmq-bin
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
