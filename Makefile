@@ -12,7 +12,8 @@ export REDIS_URL PORT NEXOPOLL_DEMO_BASE
 # processes find gunicorn, celery and python on PATH (the Procfile names no venv path)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: browser-deps run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint docs bench clean
+.PHONY: browser-deps run stop test test-pg venv redis-bin redis migrate reload static flower-auth lint docs bench \
+	clean rabbitmq-bin chaos chaos-smoke
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -122,6 +123,20 @@ docs: venv
 bench: venv redis-bin
 	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# RabbitMQ for the broker tests and the chaos run (each starts a private node).
+rabbitmq-bin:
+	@command -v rabbitmq-server >/dev/null || { echo "installing rabbitmq-server (apt-get)"; \
+	  apt-get update -qq && apt-get install -y -qq rabbitmq-server; }
+
+# The chaos run (docs/deploy.md): 1,000 jobs, each component killed in turn; exits 1 when an
+# item was lost. About 5 min: nightly. CHAOS_ARGS: --jobs N --every S --faults a,b
+chaos: venv redis-bin rabbitmq-bin
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# Its smoke version (about 90 s, run by CI): 50 jobs, a worker and the broker killed.
+chaos-smoke: venv redis-bin rabbitmq-bin
+	$(PY) -m bench.chaos --jobs 50 --faults worker,broker
 
 clean:
 	rm -rf $(VENV) data build site *.egg-info

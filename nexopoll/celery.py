@@ -10,11 +10,21 @@ which ticks and deliveries tolerate (lease, epoch fencing, delivery claims).
 With Redis Sentinel (``NEXOPOLL_REDIS_SENTINELS``) the broker is kombu's sentinel
 transport with the same fix (``SentinelTransport``): it asks the sentinels for the
 current master on every new connection, so a failover costs one reconnect.
+
+On RabbitMQ (``CELERY_BROKER_URL=amqp://...``) kombu's own AMQP transport is used as
+is: the broker redelivers an unacked message when its channel closes. With quorum
+queues Celery delays countdown/ETA messages in the broker itself (native delayed
+delivery), in whole seconds only: a delay under one second (a delivery's first
+backoff, a tick's retry) would be refused there, so ``NexopollCelery`` rounds it up to
+one second.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import Any
 
 from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
@@ -56,10 +66,36 @@ class SentinelTransport(kombu_redis.SentinelTransport):
     Channel = SentinelChannel
 
 
-app = Celery("nexopoll")
+class NexopollCelery(Celery):
+    @cached_property
+    def _whole_second_delays(self) -> bool:
+        """Countdowns go through RabbitMQ's native delayed delivery (quorum queues)."""
+        return str(self.conf.broker_url).startswith(("amqp", "pyamqp")) and any(
+            (q.queue_arguments or {}).get("x-queue-type") == "quorum"
+            for q in self.amqp.queues.values()
+        )
+
+    def send_task(self, name: str, *args: Any, countdown: float | None = None,
+                  eta: datetime | str | None = None, **options: Any) -> Any:  # fmt: skip
+        if (countdown or eta) and self._whole_second_delays:
+            if countdown is not None and 0 < countdown < 1:
+                countdown = 1
+            if isinstance(eta, str):
+                eta = datetime.fromisoformat(eta)
+            if isinstance(eta, datetime) and eta.tzinfo is not None:
+                now = self.now()
+                if now < eta < now + timedelta(seconds=1):
+                    eta = now + timedelta(seconds=1)
+        return super().send_task(name, *args, countdown=countdown, eta=eta, **options)
+
+
+app = NexopollCelery("nexopoll")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-_sentinel = str(app.conf.broker_url or "").startswith("sentinel://")
-app.conf.broker_transport = f"nexopoll.celery:{'SentinelTransport' if _sentinel else 'Transport'}"
+if not str(app.conf.broker_url).startswith(("amqp", "pyamqp")):  # not RabbitMQ: Redis
+    _sentinel = str(app.conf.broker_url or "").startswith("sentinel://")
+    app.conf.broker_transport = (
+        f"nexopoll.celery:{'SentinelTransport' if _sentinel else 'Transport'}"
+    )
 # RedBeat looks its options up by their bare names; set them so, not only under the
 # CELERY_ namespace (otherwise it warns and falls back to the broker settings).
 app.conf.update(

@@ -1,11 +1,12 @@
 """``/healthz``: one entry per check, 503 when the DB or Redis fails or beat stalls.
 
-Checks: the DB answers; Redis answers; the beat lock is held and the holder's
-last loop is recent; no pending delivery is older than a threshold (a warning:
-it does not fail the endpoint, since a slow receiver is not an outage here).
-Nothing here shows a secret or a URL; under Redis Sentinel the ``redis`` entry names
-the current master and the sentinels this process reaches (``host:port``, as configured
-in ``NEXOPOLL_REDIS_SENTINELS``), the one place addresses appear.
+Checks: the DB answers; Redis answers; RabbitMQ answers, when it is the broker
+(``CELERY_BROKER_URL=amqp://...``; a Redis broker is the Redis check); the beat lock
+is held and the holder's last loop is recent; no pending delivery is older than a
+threshold (a warning: it does not fail the endpoint, since a slow receiver is not an
+outage here). Nothing here shows a secret or a URL; under Redis Sentinel the ``redis``
+entry names the current master and the sentinels this process reaches (``host:port``,
+as configured in ``NEXOPOLL_REDIS_SENTINELS``), the one place addresses appear.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ def _sentinels(sentinel: Any) -> dict[str, Any]:
             "sentinels_unreachable": unreachable}  # fmt: skip
 
 
+def _broker() -> dict[str, Any]:
+    from kombu import Connection
+
+    started = time.monotonic()
+    with Connection(settings.CELERY_BROKER_URL, connect_timeout=2) as conn:
+        conn.connect()
+    return {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
+
+
 def _beat() -> dict[str, Any]:
     client = get_redis()
     lock_key = settings.CELERY_REDBEAT_KEY_PREFIX + ":lock"
@@ -94,7 +104,7 @@ def _outbox() -> dict[str, Any]:
     }
 
 
-CHECKS = {"db": _db, "redis": _redis, "beat": _beat, "outbox": _outbox}
+CHECKS = {"db": _db, "redis": _redis, "broker": _broker, "beat": _beat, "outbox": _outbox}
 _NEEDS = {"beat": "redis", "outbox": "db"}
 
 
@@ -102,6 +112,8 @@ def run_checks() -> tuple[bool, dict[str, Any]]:
     """``(healthy, {check: result})``; a failed check reports its error class only."""
     results: dict[str, Any] = {}
     for name, check in CHECKS.items():
+        if name == "broker" and not settings.BROKER_IS_AMQP:
+            continue  # the broker is Redis: the redis check
         dep = _NEEDS.get(name)
         if dep and not results[dep]["ok"]:
             results[name] = {"ok": False, "reason": f"{dep} unavailable"}

@@ -278,7 +278,17 @@ NEXOPOLL_REDIS_SENTINEL = sentinel_conf(
     env_secret("NEXOPOLL_REDIS_SENTINEL_PASSWORD", ""),
     REDIS_URL,
 )
-CELERY_BROKER_URL = REDIS_URL
+# The broker: Redis (REDIS_URL) unless CELERY_BROKER_URL names another, e.g. RabbitMQ
+# (amqp://user:pass@host:port/vhost). Redis stays at REDIS_URL for RedBeat, leases and
+# the rest whatever the broker is (docs/deploy.md).
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "") or REDIS_URL
+BROKER_IS_AMQP = CELERY_BROKER_URL.partition("://")[0] in ("amqp", "amqps", "pyamqp")
+# RabbitMQ queue type: quorum (replicated; RabbitMQ >= 3.8) or classic; both durable
+NEXOPOLL_AMQP_QUEUE_TYPE = env_str("NEXOPOLL_AMQP_QUEUE_TYPE", "quorum")
+if NEXOPOLL_AMQP_QUEUE_TYPE not in ("quorum", "classic"):
+    raise ImproperlyConfigured(
+        f"NEXOPOLL_AMQP_QUEUE_TYPE must be quorum or classic, not {NEXOPOLL_AMQP_QUEUE_TYPE!r}"
+    )
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_TASK_IGNORE_RESULT = True  # ticks keep no results; "run now" does (django-celery-results)
 CELERY_RESULT_EXTENDED = True
@@ -323,11 +333,12 @@ CELERY_REDBEAT_REDIS_OPTIONS = {
 }
 CELERY_REDBEAT_KEY_PREFIX = NEXOPOLL_REDIS_PREFIX + ":redbeat:"
 if NEXOPOLL_REDIS_SENTINEL is not None:
-    globals().update(
-        celery_overrides(
-            NEXOPOLL_REDIS_SENTINEL, CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_REDBEAT_REDIS_OPTIONS
-        )
+    _overrides = celery_overrides(
+        NEXOPOLL_REDIS_SENTINEL, CELERY_BROKER_TRANSPORT_OPTIONS, CELERY_REDBEAT_REDIS_OPTIONS
     )
+    if BROKER_IS_AMQP:  # RabbitMQ stays the broker; the sentinels serve the rest
+        _overrides = {k: v for k, v in _overrides.items() if not k.startswith("CELERY_BROKER")}
+    globals().update(_overrides)
 CELERY_REDBEAT_LOCK_TIMEOUT = env_int("NEXOPOLL_BEAT_LOCK_TIMEOUT", 30)
 CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("NEXOPOLL_BEAT_MAX_LOOP", 1.0)
 CELERY_BEAT_SCHEDULER = "nexopoll.runtime.beat:NexopollScheduler"
@@ -344,6 +355,22 @@ CELERY_TASK_QUEUES = (
           routing_key=CELERY_TASK_DEFAULT_QUEUE),
 )  # fmt: skip
 CELERY_TASK_DEFAULT_EXCHANGE = ""
+if BROKER_IS_AMQP:
+    # RabbitMQ: a durable queue bound to a durable topic exchange (Celery's native delayed
+    # delivery, which quorum queues need for countdowns, wants a topic exchange); the
+    # messages are persistent (delivery_mode 2, Celery's default)
+    CELERY_TASK_QUEUES = (
+        Queue(
+            CELERY_TASK_DEFAULT_QUEUE,
+            Exchange(CELERY_TASK_DEFAULT_QUEUE, type="topic", durable=True),
+            routing_key=CELERY_TASK_DEFAULT_QUEUE, durable=True,
+            queue_arguments={"x-queue-type": NEXOPOLL_AMQP_QUEUE_TYPE},
+        ),
+    )  # fmt: skip
+    CELERY_TASK_DEFAULT_EXCHANGE = CELERY_TASK_DEFAULT_QUEUE
+    CELERY_TASK_DEFAULT_EXCHANGE_TYPE = "topic"
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = NEXOPOLL_AMQP_QUEUE_TYPE
+    CELERY_TASK_DEFAULT_DELIVERY_MODE = "persistent"
 CELERY_TASK_DEFAULT_ROUTING_KEY = CELERY_TASK_DEFAULT_QUEUE
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

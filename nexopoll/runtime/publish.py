@@ -4,8 +4,11 @@ Celery's ``send_task`` re-reads its configuration and re-renders the whole messa
 on every call, about 1 ms of beat CPU per dispatch. A scheduled entry sends the
 same task with the same arguments every time, so beat builds the message once
 with Celery's ``create_task_message`` and, per send, only sets what changes (the
-task id and the expiry). Messages go through the nameless exchange straight to
-the queue, inside the producer's publish batch.
+task id and the expiry). On Redis, messages go through the nameless exchange straight
+to the queue, inside the producer's publish batch. On RabbitMQ they go through the
+queue's own exchange, declare the (durable) queue first, since a message routed to
+a queue nobody declared yet is dropped, and reconnect once when the broker went away
+(a restarted RabbitMQ closes the producer's channel for good; Redis reconnects alone).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 PERSISTENT = 2
+#: on RabbitMQ: one reconnect per failed publish, so a broker that is down costs beat a
+#: refused connection per message, not a long retry loop (the tick is skipped and logged)
+AMQP_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 TICK_TASK = "nexopoll.tick"
 BATCH_TASK = "nexopoll.tick_batch"
 
@@ -34,6 +40,14 @@ class TickPublisher:
         self.app = app
         self.queue = app.conf.task_default_queue
         self.serializer = app.conf.task_serializer
+        queue = app.amqp.queues[self.queue]
+        self.exchange = queue.exchange.name if queue.exchange else ""
+        self.routing_key = queue.routing_key or self.queue
+        # what every publish adds on RabbitMQ (nothing on Redis: see the module doc)
+        amqp = app.connection_for_write().transport.driver_type == "amqp"
+        self.options: dict[str, Any] = (
+            {"declare": [queue], "retry": True, "retry_policy": AMQP_RETRY} if amqp else {}
+        )
         self._templates: dict[str, _Template] = {}
 
     @staticmethod
@@ -52,13 +66,14 @@ class TickPublisher:
             headers["expires"] = (now + t.expires).isoformat()
         producer.publish(
             t.body,
-            exchange="",
-            routing_key=self.queue,
+            exchange=self.exchange,
+            routing_key=self.routing_key,
             serializer=self.serializer,
             headers=headers,
             delivery_mode=PERSISTENT,
             correlation_id=task_id,
             reply_to=t.reply_to,
+            **self.options,
         )
         return task_id
 
@@ -73,13 +88,14 @@ class TickPublisher:
         )
         producer.publish(
             message.body,
-            exchange="",
-            routing_key=self.queue,
+            exchange=self.exchange,
+            routing_key=self.routing_key,
             serializer=self.serializer,
             headers=message.headers,
             delivery_mode=PERSISTENT,
             correlation_id=task_id,
             reply_to=message.properties.get("reply_to", ""),
+            **self.options,
         )
         return task_id
 

@@ -4,20 +4,16 @@ seconds on fresh connections, nothing is lost and no cursor moves backwards."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 from django.db import connection
 
 from nexopoll.models import PollState
+from tests.support.pgcluster import PG_BIN, PrivateCluster, pg_tools_available
 from tests.support.procs import ROOT, CeleryProc, stack_env, wait_for
 from tests.support.sink import Sink, assert_no_loss_dup_safe
 
@@ -29,7 +25,6 @@ pytestmark = [
     pytest.mark.skipif("connection.vendor != 'postgresql'", reason="needs PostgreSQL"),
 ]
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 RESUME_SECS = 15  # "within seconds": the task's DB retry backoff plus one slot
 
 
@@ -66,62 +61,7 @@ def test_ticks_resume_within_seconds_after_the_workers_backends_are_killed(stack
     assert worker.proc.poll() is None
 
 
-# --- row 17: a private PostgreSQL cluster, stopped hard and restarted -------------------
-class PrivateCluster:
-    """``initdb`` + ``pg_ctl`` as the postgres user in a temp dir, on a free port."""
-
-    def __init__(self) -> None:
-        # not under the session's private temp folder (mode 0700, owned by root): the
-        # postgres user must reach its data directory; destroy() removes it
-        self.dir = Path(tempfile.mkdtemp(prefix="nexopoll-pg-", dir="/tmp"))
-        shutil.chown(self.dir, "postgres")
-        self.data = self.dir / "data"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/nexopoll"
-
-    def _pg(self, tool: str, *args: str) -> None:
-        cmd = ["runuser", "-u", "postgres", "--", str(PG_BIN / tool), *args]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-
-    def init(self) -> None:
-        self._pg("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
-        self.start()
-        import psycopg
-
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                             dbname="postgres", autocommit=True) as conn:  # fmt: skip
-            conn.execute("CREATE DATABASE nexopoll")
-
-    def start(self) -> None:
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._pg("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"),
-                 "-w", "start")  # fmt: skip
-
-    def crash(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-
-    def destroy(self) -> None:
-        try:
-            if (self.data / "postmaster.pid").exists():
-                self.crash()
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def pg_tools_available() -> bool:
-    if not shutil.which("runuser") or not (PG_BIN / "initdb").exists():
-        return False
-    import pwd
-
-    try:
-        pwd.getpwnam("postgres")
-    except KeyError:
-        return False
-    return os.geteuid() == 0
-
-
+# --- row 17: a private PostgreSQL cluster (tests/support/pgcluster.py) -----------------
 @pytest.fixture
 def cluster():
     if not pg_tools_available():

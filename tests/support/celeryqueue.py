@@ -1,7 +1,9 @@
 """Read the Celery messages waiting in the broker's Redis list (kombu's wire format).
 
 Each list entry is a JSON envelope whose ``body`` is the base64 of
-``[args, kwargs, embed]``; ``headers.task`` names the task.
+``[args, kwargs, embed]``; ``headers.task`` names the task. The Redis broker only (the
+tests' default): with RabbitMQ (tests/integration/test_rabbit_broker.py) the messages
+are observed where they end up, the worker's effects and the webhook sink.
 """
 
 from __future__ import annotations
