@@ -21,8 +21,9 @@ one second.
 
 from __future__ import annotations
 
+import math
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -83,9 +84,12 @@ class NexopollCelery(Celery):
             if isinstance(eta, str):
                 eta = datetime.fromisoformat(eta)
             if isinstance(eta, datetime) and eta.tzinfo is not None:
-                now = self.now()
-                if now < eta < now + timedelta(seconds=1):
-                    eta = now + timedelta(seconds=1)
+                # Celery turns the eta into int(seconds) later, so 0.9 s would be 0 there
+                # and refused: hand it a whole countdown of at least one second instead
+                # (an eta already past, e.g. in another clock or a late retry, is now)
+                delay = (eta - self.now()).total_seconds()
+                eta = None
+                countdown = max(1, math.ceil(delay)) if delay > 0 else None
         return super().send_task(name, *args, countdown=countdown, eta=eta, **options)
 
 
