@@ -7,8 +7,12 @@ port, a RabbitMQ node (tests/support/rabbit.py) as the broker, a PostgreSQL clus
 
 - ``worker``: SIGKILL one worker (its process group), start a replacement;
 - ``beat``: SIGKILL the beat that holds the lock; the standby takes over; restart it;
-- ``redis``: the Redis primary under Sentinel; run only when this build has Sentinel
-  support (``NEXOPOLL_REDIS_SENTINELS``), else printed as skipped;
+- ``redis``: SIGKILL the Redis primary; the sentinels promote the replica. This fault
+  runs last, on a stack of its own: a primary, a replica and three sentinels
+  (tests/support/sentinel.py) serve as broker and store, and every process finds the
+  master through the sentinels only (as test_reliability_sentinel.py, with its 15 s
+  beat lock, which outlives the failover); printed as skipped on a build without
+  Sentinel support (``NEXOPOLL_REDIS_SENTINELS``);
 - ``broker``: SIGKILL RabbitMQ, start it again after a few seconds;
 - ``postgresql``: ``pg_ctl -m immediate stop``, start again after a few seconds.
 
@@ -39,6 +43,7 @@ import yaml
 from tests.support.pgcluster import PrivateCluster, pg_tools_available
 from tests.support.procs import ROOT, CeleryProc, RedisServer, stack_env, wait_for
 from tests.support.rabbit import RabbitNode, rabbitmq_server
+from tests.support.sentinel import MASTER, SentinelGroup
 from tests.support.sink import Sink
 
 FAULTS = ("worker", "beat", "redis", "broker", "postgresql")
@@ -74,15 +79,17 @@ def setup_django() -> None:
 
 
 def sentinel_supported() -> bool:
-    """This build reads NEXOPOLL_REDIS_SENTINELS (Redis Sentinel support is merged)."""
+    """This build reads NEXOPOLL_REDIS_SENTINELS (settings.NEXOPOLL_REDIS_SENTINEL, the
+    parsed ``SentinelConf``, exists: Redis Sentinel support is merged)."""
     from django.conf import settings
 
-    return hasattr(settings, "NEXOPOLL_REDIS_SENTINELS")
+    return hasattr(settings, "NEXOPOLL_REDIS_SENTINEL")
 
 
 class Chaos:
-    def __init__(self, jobs: int, every: float, threads: int) -> None:
+    def __init__(self, jobs: int, every: float, threads: int, sentinel: bool = False) -> None:
         self.n, self.every, self.threads = jobs, every, threads
+        self.sentinel = sentinel  # Redis under Sentinel as broker and store, no RabbitMQ
         self.tmp = Path(tempfile.mkdtemp(prefix="nexopoll-chaos-"))
         self.jobs = [f"c{i:04d}" for i in range(jobs)]
         self.next_item = dict.fromkeys(self.jobs, 1)
@@ -94,10 +101,19 @@ class Chaos:
 
     # --- the stack -----------------------------------------------------------------
     def start(self) -> None:
-        self.redis = RedisServer(aof=True)
-        self.redis.start()
-        self.r = self.redis.client()
-        self.rabbit = RabbitNode(str(self.tmp / "rabbit")).start()
+        self.rabbit: RabbitNode | None = None
+        if self.sentinel:
+            self.redis = SentinelGroup().start()
+            broker = {"NEXOPOLL_REDIS_SENTINELS": self.redis.addresses,
+                      "NEXOPOLL_REDIS_SENTINEL_MASTER": MASTER,
+                      # the lock outlives the failover (~2-3 s): the holder keeps it
+                      "NEXOPOLL_BEAT_LOCK_TIMEOUT": "15"}  # fmt: skip
+        else:
+            self.redis = RedisServer(aof=True)
+            self.redis.start()
+            self.rabbit = RabbitNode(str(self.tmp / "rabbit")).start()
+            broker = {"CELERY_BROKER_URL": self.rabbit.url, "NEXOPOLL_BEAT_LOCK_TIMEOUT": "6"}
+        self.r = self.redis.client()  # under Sentinel: follows the current master
         self.pg = PrivateCluster()
         self.pg.init()
         self.sink = Sink().__enter__()
@@ -114,9 +130,8 @@ class Chaos:
         }))  # fmt: skip
         self.env = stack_env(
             self.redis.url, self.pg.url, str(config),
-            CELERY_BROKER_URL=self.rabbit.url,
             NEXOPOLL_EXTRA_POLLERS="tests.support.testpollers:ScriptedPoller",
-            NEXOPOLL_BEAT_LOCK_TIMEOUT="6",
+            **broker,
         )  # fmt: skip
         for args in (["migrate", "--noinput", "-v", "0"], ["pollers", "reload"]):
             subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
@@ -136,9 +151,15 @@ class Chaos:
         for p in self.beats + self.workers:
             p.stop(timeout=10)
         self.sink.__exit__(None, None, None)
-        self.rabbit.cleanup()
+        if self.rabbit is not None:
+            self.rabbit.cleanup()
         self.pg.destroy()
         self.redis.stop()
+
+    def describe(self) -> str:
+        if self.sentinel:
+            return "Redis primary + replica + 3 sentinels as broker and store"
+        return "RabbitMQ broker"
 
     # --- measuring -------------------------------------------------------------------
     def _sample_ticks(self) -> None:
@@ -227,6 +248,16 @@ class Chaos:
         self.beats.append(CeleryProc("beat", self.env, f"{active.name}r").start())
         return f"active beat (pid {pid}) SIGKILLed"
 
+    def kill_redis_primary(self) -> str:
+        # the items published so far are this script's input, not nexopoll's state: let the
+        # replica have them (WAIT), so an asynchronous-replication loss is nexopoll's alone
+        self.r.wait(1, 5000)
+        old = self.redis.kill_primary()
+        killed = time.monotonic()
+        new = wait_for(lambda: self.redis.promoted(old), 60, interval=0.1, what="promotion")
+        return (f"primary :{old} SIGKILLed; replica :{new} promoted "
+                f"{time.monotonic() - killed:.1f} s later")  # fmt: skip
+
     def kill_broker(self) -> str:
         self.rabbit.kill()
         time.sleep(DOWN_SECS)  # the fault itself: the broker stays down
@@ -251,6 +282,28 @@ def print_table(rows: list[Row], skipped: list[str]) -> None:
         print(s)
 
 
+def run_stack(chaos: Chaos, faults: list[str]) -> dict[str, Row]:
+    """Start ``chaos``'s stack, let items flow, inject ``faults`` in order, stop it."""
+    rows: dict[str, Row] = {}
+    try:
+        chaos.start()
+        print(f"chaos: {chaos.n} jobs every {chaos.every:g} s, 2 workers, 2 beats, "
+              f"{chaos.describe()}, private PostgreSQL; faults: {', '.join(faults)}", flush=True)
+        # items flow before the first fault
+        first = chaos.publish_round()
+        wait_for(lambda: chaos.read_sink() or all(k in chaos.tally.seen for k in first),
+                 DELIVER_TIMEOUT, interval=0.5, what="the first items delivered")  # fmt: skip
+        actions = {"worker": chaos.kill_worker, "beat": chaos.kill_beat,
+                   "redis": chaos.kill_redis_primary,
+                   "broker": chaos.kill_broker, "postgresql": chaos.restart_postgres}  # fmt: skip
+        for fault in faults:
+            row = rows[fault] = chaos.phase(fault, actions[fault])
+            print(f"  {fault}: done ({row.delivered}/{row.published} delivered)", flush=True)
+    finally:
+        chaos.stop()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1000)
@@ -269,38 +322,26 @@ def main(argv: list[str] | None = None) -> int:
         print("chaos: needs root, runuser and PostgreSQL 15's initdb/pg_ctl (private cluster)")
         return 2
     setup_django()
-    chaos = Chaos(args.jobs, args.every or max(2.0, args.jobs / 100), args.threads)
-    rows: list[Row] = []
+    every = args.every or max(2.0, args.jobs / 100)
+    rows: dict[str, Row] = {}  # by fault, printed in the order asked
     skipped: list[str] = []
     started = time.monotonic()
-    try:
-        chaos.start()
-        print(f"chaos: {args.jobs} jobs every {chaos.every:g} s, 2 workers, 2 beats, "
-              f"RabbitMQ broker, private PostgreSQL; faults: {', '.join(faults)}", flush=True)
-        # items flow before the first fault
-        first = chaos.publish_round()
-        wait_for(lambda: chaos.read_sink() or all(k in chaos.tally.seen for k in first),
-                 DELIVER_TIMEOUT, interval=0.5, what="the first items delivered")  # fmt: skip
-        actions = {"worker": chaos.kill_worker, "beat": chaos.kill_beat,
-                   "broker": chaos.kill_broker, "postgresql": chaos.restart_postgres}  # fmt: skip
-        for fault in faults:
-            if fault == "redis":
-                skipped.append(
-                    "redis: skipped: this build has no Redis Sentinel support "
-                    "(NEXOPOLL_REDIS_SENTINELS); a primary kill needs a failover target"
-                    if not sentinel_supported() else
-                    "redis: skipped: the Sentinel topology is not wired into this script yet"
-                )  # fmt: skip
-                continue
-            row = chaos.phase(fault, actions[fault])
-            rows.append(row)
-            print(f"  {fault}: done ({row.delivered}/{row.published} delivered)", flush=True)
-    finally:
-        chaos.stop()
+    plain = [f for f in faults if f != "redis"]
+    if plain:
+        rows.update(run_stack(Chaos(args.jobs, every, args.threads), plain))
+    if "redis" in faults:
+        if sentinel_supported():  # its own stack: the store and broker under Sentinel
+            rows.update(run_stack(Chaos(args.jobs, every, args.threads, sentinel=True), ["redis"]))
+        else:
+            skipped.append(
+                "redis: skipped: this build has no Redis Sentinel support "
+                "(NEXOPOLL_REDIS_SENTINELS); a primary kill needs a failover target"
+            )
+    table = [rows[f] for f in faults if f in rows]
     print()
-    print_table(rows, skipped)
-    lost = sum(r.lost for r in rows)
-    print(f"\n{len(rows)} faults in {time.monotonic() - started:.0f} s; lost {lost}")
+    print_table(table, skipped)
+    lost = sum(r.lost for r in table)
+    print(f"\n{len(table)} faults in {time.monotonic() - started:.0f} s; lost {lost}")
     return 1 if lost else 0
 
 
