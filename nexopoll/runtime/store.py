@@ -283,6 +283,10 @@ _SQLSTATE_CLASSES = {
     "53": "the database is out of resources",
     "57": "the statement was cancelled (timeout or shutdown)",
 }
+_SQLSTATES = {  # codes an operator acts on differently from the rest of their class
+    "55P03": "lock timeout: another transaction holds the lock",
+    "57014": "the statement was cancelled (statement timeout)",
+}
 
 
 def describe_db_error(exc: BaseException) -> str:
@@ -296,8 +300,8 @@ def describe_db_error(exc: BaseException) -> str:
     """
     cause = exc.__cause__ or exc
     state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    if isinstance(state, str) and state[:2] in _SQLSTATE_CLASSES:
-        what = _SQLSTATE_CLASSES[state[:2]]
+    if isinstance(state, str) and (state in _SQLSTATES or state[:2] in _SQLSTATE_CLASSES):
+        what = _SQLSTATES.get(state) or _SQLSTATE_CLASSES[state[:2]]
         return f"{type(exc).__name__}: {what} (SQLSTATE {state})"
     if isinstance(exc, DataError):
         what = "a value the database cannot store"
