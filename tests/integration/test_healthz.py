@@ -28,7 +28,10 @@ def test_healthy_with_beat_then_503_when_beat_stops(stack, settings, monkeypatch
     stack.write([job("a", every=1)])
     stack.reload()
     beat = stack.beat()
-    wait_for(lambda: health()[0] == 200, 30, what="healthz 200 with beat running")
+    try:
+        wait_for(lambda: health()[0] == 200, 30, what="healthz 200 with beat running")
+    except AssertionError as exc:  # say which check failed
+        raise AssertionError(f"{exc}; last answer: {health()}") from None
     _, body = health()
     assert body["ok"] and body["checks"]["db"]["ok"] and body["checks"]["redis"]["ok"]
     assert body["checks"]["beat"]["lock_held"] and body["checks"]["beat"]["last_loop_age_secs"] < 2
