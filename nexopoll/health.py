@@ -35,7 +35,8 @@ def _redis() -> dict[str, Any]:
     started = time.monotonic()
     get_redis().ping()
     out: dict[str, Any] = {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
-    sentinel = get_sentinel()
+    # only under Sentinel settings (a client left by another configuration is not asked)
+    sentinel = get_sentinel() if settings.NEXOPOLL_REDIS_SENTINEL is not None else None
     if sentinel is not None:
         out.update(_sentinels(sentinel))
     return out
