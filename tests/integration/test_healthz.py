@@ -22,7 +22,19 @@ def health() -> tuple[int, dict]:
     return resp.status_code, json.loads(resp.content)
 
 
-def test_healthy_with_beat_then_503_when_beat_stops(stack, settings, monkeypatch):
+@pytest.fixture
+def fresh_redis_client(monkeypatch):
+    """This process's Redis client made anew for this test's settings: in the whole
+    suite's order an earlier test's client (another server, another configuration)
+    made the ``redis`` check fail with an AttributeError."""
+    from nexopoll.runtime import redis as rmod
+
+    monkeypatch.setattr(rmod, "_client", None)
+    monkeypatch.setattr(rmod, "_sentinel", None)
+
+
+def test_healthy_with_beat_then_503_when_beat_stops(stack, settings, monkeypatch,
+                                                    fresh_redis_client):  # fmt: skip
     monkeypatch.setenv("CANARY_SECRET", "hz-canary-secret-value")
     settings.NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS = 2.0
     stack.write([job("a", every=1)])
