@@ -8,8 +8,8 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from .runtime import batch, delivery, outbox
-from .runtime.tick import tick_job
+from .runtime import delivery, outbox
+from .runtime.tick import batch, tick_job
 
 DB_RETRIES = 6  # 0.5 + 1 + 2 + 4 + 8 + 16 s: then the next slot takes over
 
@@ -40,7 +40,7 @@ def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
 def tick_batch(jobs: list[list]) -> dict[str, int]:
     """Scheduled ticks of many jobs that fell due together (beat's batched dispatch):
     ``jobs`` is ``[[job_id, lease_ttl_ms], ...]``. Each job keeps its own lease, epoch,
-    commit and retry (runtime/batch.py); returns how many ended in each status."""
+    commit and retry (runtime/tick/batch.py); returns how many ended in each status."""
     reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now)
     return dict(Counter(report.status for report in reports))
 

@@ -314,9 +314,9 @@ class Pipeline(RuleBasedStateMachine):
         """The job ticks in a batch behind a mate that hangs in its poller (past its
         deadline): the job's tick must end (commit, lease released, history) while the
         mate still hangs, not after it (RELIABILITY.md row 52)."""
-        from nexopoll.runtime.batch import run_batch
         from nexopoll.runtime.history import list_key
         from nexopoll.runtime.lease import running_key
+        from nexopoll.runtime.tick.batch import run_batch
 
         r, job, mate = self.redis, self.job, f"{self.job}-mate"
         if r.exists(running_key(job)):  # an unfinished tick: the batch hands it back

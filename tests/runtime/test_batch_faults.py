@@ -14,9 +14,10 @@ from django.db import connection
 from django.utils import timezone
 
 from nexopoll.models import Delivery, DeliveryStatus, PollState
-from nexopoll.runtime import delivery, history, lease, tickwrite
-from nexopoll.runtime.batch import run_batch
+from nexopoll.runtime import delivery, history, lease
 from nexopoll.runtime.tick import tick_job
+from nexopoll.runtime.tick import write as tickwrite
+from nexopoll.runtime.tick.batch import run_batch
 from tests.integration.faults import wait_clock
 from tests.support.celeryqueue import messages
 from tests.support.procs import wait_for

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import history, lease
-from nexopoll.runtime.batch import run_batch
 from nexopoll.runtime.tick import tick_job
+from nexopoll.runtime.tick.batch import run_batch
 from tests.support.celeryqueue import messages
 from tests.support.pgcut import CommitCut
 

@@ -14,9 +14,9 @@ from django.utils import timezone
 from nexopoll.models import Delivery, PollState
 from nexopoll.net.http import _Budget
 from nexopoll.plugins.semaphore import Semaphore
-from nexopoll.runtime import batch, lease, politeness
+from nexopoll.runtime import lease, politeness
 from nexopoll.runtime import redis as rmod
-from nexopoll.runtime.tick import tick_job
+from nexopoll.runtime.tick import batch, tick_job
 from tests.support.faultproxy import FaultProxy
 
 from .conftest import scripted

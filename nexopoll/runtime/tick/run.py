@@ -33,24 +33,15 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 from nexopoll.net.transport import host_gate
 
-from . import (
-    definitions,
-    history,
-    keys,
-    lease,
-    logredact,
-    metricstore,
-    politeness,
-    store,
-    tickfail,
-    tickwrite,
-)  # fmt: skip
-from .definitions import JobDef
-from .host import PendingDelivery, TickHost, run_after_commit
-from .redis import get_redis
-from .registry import get_registry
-from .secretenv import secret_env
-from .store import Fenced
+from .. import definitions, history, keys, lease, logredact, metricstore, politeness, store
+from ..definitions import JobDef
+from ..host import PendingDelivery, TickHost, run_after_commit
+from ..redis import get_redis
+from ..registry import get_registry
+from ..secretenv import secret_env
+from ..store import Fenced
+from . import failures
+from . import write as tickwrite
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -127,7 +118,7 @@ def tick_job(
             _park(job_id)
         return report
     except DatabaseError as exc:  # reading the state or taking the epoch: nothing written
-        report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
+        report = failures.db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     finally:
         if held is not None or (report is not None and not dry_run):
@@ -253,7 +244,7 @@ def ended(t: _Tick, report: TickReport, *, manual: bool = False) -> None:
     """After the tick, committed or not: a scheduled tick that did not commit is no
     longer running; the report learns where the tick started."""
     if not report.committed and not manual:
-        tickfail.clear_running(t)
+        failures.clear_running(t)
     report.start_cursor = t.row["cursor"]
     report.prev_latency_ms = t.row.get("last_latency_ms")
     report.takeover = t.crash_count > 0  # took over from a tick that never ended
@@ -323,8 +314,8 @@ def commit_staged(
     except Fenced:
         return fenced(t)
     except Exception as exc:  # rolled back whole (no cursor, no outbox row), or a lost reply
-        if not tickfail.landed(exc, [write]):
-            return tickfail.commit_failed(t, exc, report.latency_ms or 0)
+        if not failures.landed(exc, [write]):
+            return failures.commit_failed(t, exc, report.latency_ms or 0)
     committed(t, report, decision, hooks=hooks)
     return report
 
@@ -335,7 +326,7 @@ def stage(
 ) -> store.TickWrite | TickReport:  # fmt: skip
     """The tick's fenced write (state fields, counters, outbox rows), or the report of a
     tick that must not commit (its lease was lost). ``check_lease=False``: the caller
-    checks the lease right before its commit (a batch: ``tickfail.leases_kept``)."""
+    checks the lease right before its commit (a batch: ``failures.leases_kept``)."""
     fields = tickwrite.state_fields(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack
     )
@@ -346,8 +337,8 @@ def stage(
     capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
     fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
     fields["last_started_at"] = t.now
-    if check_lease and t.held is not None and not tickfail.leases_kept([t.held]):
-        return tickfail.lease_lost(t)
+    if check_lease and t.held is not None and not failures.leases_kept([t.held]):
+        return failures.lease_lost(t)
     return tickwrite.build_write(t, fields, report)
 
 
@@ -374,7 +365,7 @@ def committed(
     elif report.after_commit:
         hooks.append((job_id, report.after_commit))
     if decision.pause_reason:  # beat sends a paused job nothing (redbeat_sync)
-        from .redbeat_sync import pause_changed
+        from ..redbeat_sync import pause_changed
 
         transaction.on_commit(lambda: pause_changed([job_id], now=t.now))
     elif decision.not_before is not None:
@@ -433,14 +424,14 @@ def _tb(exc: BaseException) -> str:
 def enqueue_deliveries(ids: list[str]) -> None:
     """Hand committed outbox rows to the delivery task, marked as queued so the sweeper
     leaves them alone; the sweeper covers a failure here (rows left unmarked)."""
-    from .outbox import enqueue
+    from ..outbox import enqueue
 
     enqueue(ids)
 
 
 def _park(job_id: str) -> None:
     """Beat sent a tick of a paused job: take its entry out of the schedule (no more)."""
-    from .redbeat_sync import park
+    from ..redbeat_sync import park
 
     try:
         park(get_redis(), job_id)
@@ -450,7 +441,7 @@ def _park(job_id: str) -> None:
 
 def _move_entry(job_id: str, at: datetime, *, later_only: bool = False) -> None:
     """Move the job's RedBeat slot to ``at`` (``later_only``: only if that is later)."""
-    from .keys import entry_key, schedule_key
+    from ..keys import entry_key, schedule_key
 
     try:
         get_redis().zadd(

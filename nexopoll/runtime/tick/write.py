@@ -10,14 +10,14 @@ from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
 from nexopoll.core.storable import storable, storable_text
 
-from ..models import Delivery
-from . import dbclock, pacing, store
-from .host import PendingDelivery
-from .secretenv import secret_env
+from ...models import Delivery
+from .. import dbclock, pacing, store
+from ..host import PendingDelivery
+from ..secretenv import secret_env
 
 if TYPE_CHECKING:
-    from .definitions import JobDef
-    from .tick import TickReport, _Tick
+    from ..definitions import JobDef
+    from .run import TickReport, _Tick
 
 
 def notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDelivery]:

@@ -6,7 +6,7 @@ A batch does what each of its ticks would do alone, with fewer round trips:
 
 1. the leases of every job, in one pipelined Redis round trip;
 2. their state rows, in one query;
-3. each job's tick in turn, exactly as ``tick.py`` runs it (epoch, breaker, crash
+3. each job's tick in turn, exactly as ``run.py`` runs it (epoch, breaker, crash
    cap, a deadline counted from when its lease was taken, the pure decision);
 4. one transaction for the ticks' fenced writes (each UPDATE still compares and swaps
    on the version its tick read, so a fenced tick writes nothing and the others
@@ -44,8 +44,9 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from . import batchcommit, lease, store, tick, tickfail
-from .redis import get_redis
+from .. import lease, store
+from ..redis import get_redis
+from . import batchcommit, failures, run
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -117,7 +118,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     """Tick every ``(job_id, lease_ttl_ms)`` of a batch; return one report per job that ran
     here (jobs handed back went to the queue as single ticks and have none)."""
     client = get_redis()
-    items = [(job_id, ttl or tick.default_lease_ttl_ms()) for job_id, ttl in items]
+    items = [(job_id, ttl or run.default_lease_ttl_ms()) for job_id, ttl in items]
     ttls = dict(items)
     held = lease.try_acquire_many(client, items)
     busy = [job_id for job_id, _ in items if job_id not in held]
@@ -127,7 +128,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     except DatabaseError as exc:
         now = clock()
         for job_id in held:
-            waves.add(job_id, now, tickfail.db_unavailable(job_id, exc, now=now,
+            waves.add(job_id, now, failures.db_unavailable(job_id, exc, now=now,
                                                            where="before the tick"))  # fmt: skip
         rows = None
     rows, loaded = rows or {}, rows is not None
@@ -135,7 +136,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     alone = [job_id for job_id, got in held.items() if job_id in rows and got.unfinished]
     _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
 
-    def run(job_id: str, *, inline: bool = False) -> None:
+    def run_one(job_id: str, *, inline: bool = False) -> None:
         now = clock()
         try:
             # its commit waits for the batch's wave, or happens at once once it streams
@@ -148,43 +149,43 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     order = [job_id for job_id, _ in items if job_id in held and loaded]
     slow = settings.NEXOPOLL_BATCH_SLOW_MS
     waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
-    work = _Work([j for j in order if j not in set(waits)], run, waves.stream)
+    work = _Work([j for j in order if j not in set(waits)], run_one, waves.stream)
     work.side_by_side(waits)
     watchdog = threading.Thread(target=work.watch, daemon=True)
     watchdog.start()
     try:
         while (job_id := work.next()) is not None:
-            run(job_id, inline=True)
+            run_one(job_id, inline=True)
         waves.stream()  # what ran commits now; a tick still polling, as it finishes
     finally:
         work.done.set()
         watchdog.join()
         for future in work.futures:
-            future.exception()  # wait; run() keeps every tick's failure to that tick
+            future.exception()  # wait; run_one() keeps every tick's failure to that tick
         reports = waves.close()
     return reports
 
 
 def _tick_one(
     job_id: str, row, now: datetime, held: lease.Lease
-) -> batchcommit.Ran | tick.TickReport:
+) -> batchcommit.Ran | run.TickReport:
     """Run one job's tick up to its commit; a failure of this job stays this job's."""
-    t: tick._Tick | None = None
-    report = tick.TickReport(job_id, "fenced")
+    t: run._Tick | None = None
+    report = run.TickReport(job_id, "fenced")
     try:
-        if held.age_ms() > held.ttl_ms / 2 and not tickfail.leases_kept([held]):
-            return tick.TickReport(job_id, "fenced", reason="lease lost before the tick")
-        prepared = tick.prepare(job_id, row, now=now, held=held)
-        if isinstance(prepared, tick.TickReport):
+        if held.age_ms() > held.ttl_ms / 2 and not failures.leases_kept([held]):
+            return run.TickReport(job_id, "fenced", reason="lease lost before the tick")
+        prepared = run.prepare(job_id, row, now=now, held=held)
+        if isinstance(prepared, run.TickReport):
             if prepared.reason == "paused":
-                tick._park(job_id)
+                run._park(job_id)
             return prepared
         t = prepared
         report.epoch = t.epoch
-        if t.trial and not tick.take_epoch(t, manual=False):
-            return tick._skipped(job_id, "another tick took the epoch")
-        report, decision, ack, latency_ms = tick._execute(t)
-        write = tick.stage(t, report, decision, ack, latency_ms, check_lease=False)
+        if t.trial and not run.take_epoch(t, manual=False):
+            return run._skipped(job_id, "another tick took the epoch")
+        report, decision, ack, latency_ms = run._execute(t)
+        write = run.stage(t, report, decision, ack, latency_ms, check_lease=False)
         if not isinstance(write, store.TickWrite):
             report = write
             return report
@@ -192,7 +193,7 @@ def _tick_one(
         t = None  # its end comes after its wave's commit
         return ran
     except DatabaseError as exc:
-        report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
+        report = failures.db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     except Exception as exc:  # a bug in one tick must not stop the batch
         log.exception("tick.failed job=%s", job_id)
@@ -200,7 +201,7 @@ def _tick_one(
         return report
     finally:
         if t is not None:
-            tick.ended(t, report)
+            run.ended(t, report)
 
 
 def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
