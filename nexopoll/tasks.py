@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from datetime import timedelta
 
@@ -10,6 +11,8 @@ from django.utils import timezone
 
 from .runtime import delivery, outbox
 from .runtime.tick import batch, tick_job
+
+log = logging.getLogger("nexopoll.tick")
 
 DB_RETRIES = 6  # 0.5 + 1 + 2 + 4 + 8 + 16 s: then the next slot takes over
 
@@ -41,8 +44,18 @@ def tick_batch(jobs: list[list]) -> dict[str, int]:
     """Scheduled ticks of many jobs that fell due together (beat's batched dispatch):
     ``jobs`` is ``[[job_id, lease_ttl_ms], ...]``. Each job keeps its own lease, epoch,
     commit and retry (runtime/tick/batch.py); returns how many ended in each status."""
-    reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now)
+    reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now,
+                              requeue=requeue_tick)  # fmt: skip
     return dict(Counter(report.status for report in reports))
+
+
+def requeue_tick(job_id: str, lease_ttl_ms: int, **options) -> None:
+    """Queue one ``nexopoll.tick`` for ``job_id``: a job a batch hands back (a spilled
+    job) or retries alone; ``options`` go to ``apply_async`` (countdown, eta, retries)."""
+    try:
+        tick.apply_async((job_id,), {"lease_ttl_ms": lease_ttl_ms}, **options)
+    except Exception:  # the next slot ticks it
+        log.warning("tick.requeue_failed job=%s", job_id, exc_info=True)
 
 
 @shared_task(name="nexopoll.deliver", ignore_result=True)

@@ -27,7 +27,7 @@ has run for ``NEXOPOLL_BATCH_SLOW_MS``, or the batch for
 ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started yet poll side by side on the
 process's poll threads (``NEXOPOLL_BATCH_THREADS``), as do the jobs whose last tick
 was that slow. Beat keeps such jobs out of batches anyway (the slow set, see
-``tick._slow_mark``); this covers the ticks before it knows.
+``run.slow_mark``); this covers the ticks before it knows.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from django.db import DatabaseError, connections
 from .. import lease, store
 from ..redis import get_redis
 from . import batchcommit, failures, run
+from .report import TickReport, TickRun, skipped
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -114,7 +115,14 @@ def _pool() -> ThreadPoolExecutor:
         return _executor[1]
 
 
-def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], datetime]) -> list:
+# queue one ``nexopoll.tick`` for a job (a spilled job, or a per-job retry):
+# ``requeue(job_id, lease_ttl_ms, **apply_async_options)``; the task layer passes it in
+Requeue = Callable[..., None]
+
+
+def run_batch(
+    items: list[tuple[str, int | None]], *, clock: Callable[[], datetime], requeue: Requeue
+) -> list:
     """Tick every ``(job_id, lease_ttl_ms)`` of a batch; return one report per job that ran
     here (jobs handed back went to the queue as single ticks and have none)."""
     client = get_redis()
@@ -122,7 +130,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     ttls = dict(items)
     held = lease.try_acquire_many(client, items)
     busy = [job_id for job_id, _ in items if job_id not in held]
-    waves = batchcommit.Waves(client, held, busy, lambda done: _retry(done, ttls), _pool)
+    waves = batchcommit.Waves(client, held, busy, lambda done: _retry(done, ttls, requeue), _pool)
     try:
         rows: dict | None = store.load_states(list(held))
     except DatabaseError as exc:
@@ -134,7 +142,7 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     rows, loaded = rows or {}, rows is not None
     # a job with a tick that never ended (a crash?) runs alone: see the module docstring
     alone = [job_id for job_id, got in held.items() if job_id in rows and got.unfinished]
-    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
+    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls, requeue)
 
     def run_one(job_id: str, *, inline: bool = False) -> None:
         now = clock()
@@ -168,23 +176,23 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
 
 def _tick_one(
     job_id: str, row, now: datetime, held: lease.Lease
-) -> batchcommit.Ran | run.TickReport:
+) -> batchcommit.Ran | TickReport:
     """Run one job's tick up to its commit; a failure of this job stays this job's."""
-    t: run._Tick | None = None
-    report = run.TickReport(job_id, "fenced")
+    t: TickRun | None = None
+    report = TickReport(job_id, "fenced")
     try:
         if held.age_ms() > held.ttl_ms / 2 and not failures.leases_kept([held]):
-            return run.TickReport(job_id, "fenced", reason="lease lost before the tick")
+            return TickReport(job_id, "fenced", reason="lease lost before the tick")
         prepared = run.prepare(job_id, row, now=now, held=held)
-        if isinstance(prepared, run.TickReport):
+        if isinstance(prepared, TickReport):
             if prepared.reason == "paused":
-                run._park(job_id)
+                run.park(job_id)
             return prepared
         t = prepared
         report.epoch = t.epoch
         if t.trial and not run.take_epoch(t, manual=False):
-            return run._skipped(job_id, "another tick took the epoch")
-        report, decision, ack, latency_ms = run._execute(t)
+            return skipped(job_id, "another tick took the epoch")
+        report, decision, ack, latency_ms = run.execute(t)
         write = run.stage(t, report, decision, ack, latency_ms, check_lease=False)
         if not isinstance(write, store.TickWrite):
             report = write
@@ -204,7 +212,9 @@ def _tick_one(
             run.ended(t, report)
 
 
-def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
+def _hand_back(
+    client, leases: list[lease.Lease], ttls: dict[str, int], requeue: Requeue
+) -> None:
     """Give back leases of jobs this batch will not run, and queue those jobs as single
     ticks (their crash markers keep the count they had before the batch took them)."""
     if not leases:
@@ -214,26 +224,16 @@ def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
     except Exception:  # they expire on their own; the single ticks then find them free
         log.warning("lease.hand_back_failed jobs=%s", len(leases), exc_info=True)
     for got in leases:
-        send_single(got.job_id, ttls[got.job_id])
+        requeue(got.job_id, ttls[got.job_id])
 
 
-def send_single(job_id: str, lease_ttl_ms: int, **options) -> None:
-    """Queue one ``nexopoll.tick`` for ``job_id`` (a spilled job, or a per-job retry)."""
-    from nexopoll.tasks import tick as tick_task
-
-    try:
-        tick_task.apply_async((job_id,), {"lease_ttl_ms": lease_ttl_ms}, **options)
-    except Exception:  # the next slot ticks it
-        log.warning("tick.requeue_failed job=%s", job_id, exc_info=True)
-
-
-def _retry(reports, ttls: dict[str, int]) -> None:
+def _retry(reports, ttls: dict[str, int], requeue: Requeue) -> None:
     """Each failed tick retries alone, as the single task would retry it."""
     for report in reports:
         ttl = ttls[report.job_id]
         if report.db_error:  # nothing committed: soon, while that lands before the next slot
             at = datetime.now(UTC) + timedelta(seconds=0.5)
             if report.next_slot_at is None or at < report.next_slot_at:
-                send_single(report.job_id, ttl, countdown=0.5, retries=1)
+                requeue(report.job_id, ttl, countdown=0.5, retries=1)
         elif report.retry_at is not None and report.committed:
-            send_single(report.job_id, ttl, eta=report.retry_at, retries=1)
+            requeue(report.job_id, ttl, eta=report.retry_at, retries=1)

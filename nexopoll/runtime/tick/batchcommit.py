@@ -38,6 +38,7 @@ from .. import lease, logredact, metricstore, store
 from ..history import record_many
 from ..host import run_after_commit
 from . import failures, run
+from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,8 +50,8 @@ log = logging.getLogger("nexopoll.tick")
 class Ran:
     """A tick that ran and waits for its wave's commit."""
 
-    t: run._Tick
-    report: run.TickReport
+    t: TickRun
+    report: TickReport
     decision: Decision
     write: store.TickWrite
 
@@ -59,7 +60,7 @@ class Ran:
 class _Done:
     job_id: str
     at: datetime  # when its tick started: its history entry's time
-    result: Ran | run.TickReport
+    result: Ran | TickReport
 
 
 class Waves:
@@ -67,7 +68,7 @@ class Waves:
 
     def __init__(
         self, client, held: dict[str, lease.Lease], busy: list[str],
-        retry: Callable[[list[run.TickReport]], None],
+        retry: Callable[[list[TickReport]], None],
         pool: Callable[[], object],
     ) -> None:  # fmt: skip
         self._client, self._held, self._retry, self._pool = client, held, retry, pool
@@ -75,10 +76,10 @@ class Waves:
         self._cond = threading.Condition()
         self._pending: list[_Done] = []
         self._streaming = self._committing = False
-        self._reports = {job_id: run._skipped(job_id, "lease busy") for job_id in busy}
+        self._reports = {job_id: skipped(job_id, "lease busy") for job_id in busy}
         self._hooks: list[Future] = []
 
-    def add(self, job_id: str, at: datetime, result: Ran | run.TickReport) -> None:
+    def add(self, job_id: str, at: datetime, result: Ran | TickReport) -> None:
         """A tick finished: it commits with the next wave (at once once streaming)."""
         with self._cond:
             self._pending.append(_Done(job_id, at, result))
@@ -96,7 +97,7 @@ class Waves:
             self._committing = True
         self._drain()
 
-    def close(self) -> list[run.TickReport]:
+    def close(self) -> list[TickReport]:
         """Commit what is left (every tick has finished), release any lease still held,
         wait for the after-commit hooks; every report of the batch."""
         with self._cond:
@@ -105,7 +106,7 @@ class Waves:
                 self._cond.wait()
             self._committing = True
             for job_id in set(self._held) - self._reported():  # no tick reported it
-                report = run.TickReport(job_id, "transient", reason="internal error")
+                report = TickReport(job_id, "transient", reason="internal error")
                 self._pending.append(_Done(job_id, datetime.now(UTC), report))
         self._drain()
         if self._busy:  # no tick ran here: the skipped ones are counted all the same
@@ -140,7 +141,7 @@ class Waves:
             log.exception("tick.batch_commit_crashed ticks=%s", len(ran))
             for r in ran:  # what did not report yet: not committed, as far as we know
                 if r.t.job.job_id not in out:
-                    report = run.TickReport(r.t.job.job_id, "transient", reason="internal error")
+                    report = TickReport(r.t.job.job_id, "transient", reason="internal error")
                     run.ended(r.t, report)
                     out[r.t.job.job_id] = report
         finally:
@@ -150,7 +151,7 @@ class Waves:
             self._hooks.append(self._pool().submit(_run_hooks, job_id, callbacks))
         self._retry(list(out.values()))
 
-    def _release(self, wave: list[_Done], out: dict[str, run.TickReport]) -> None:
+    def _release(self, wave: list[_Done], out: dict[str, TickReport]) -> None:
         """Release the wave's leases, append its history entries and count its metrics,
         in one round trip."""
         busy, self._busy = self._busy, []
@@ -174,10 +175,10 @@ def _run_hooks(job_id: str, callbacks: list) -> None:
         connections.close_all()  # a poll thread's connection, if a hook used one
 
 
-def commit(ran: list[Ran], hooks: list) -> dict[str, run.TickReport]:
+def commit(ran: list[Ran], hooks: list) -> dict[str, TickReport]:
     """One wave: the ticks whose leases hold commit in one transaction; on any error,
     each tick alone (a tick whose commit landed, its reply lost, counts as committed)."""
-    out: dict[str, run.TickReport] = {}
+    out: dict[str, TickReport] = {}
     if not ran:
         return out
     kept = failures.leases_kept([r.t.held for r in ran if r.t.held is not None])
@@ -212,7 +213,7 @@ def commit(ran: list[Ran], hooks: list) -> dict[str, run.TickReport]:
     return out
 
 
-def _ended(r: Ran, report: run.TickReport) -> run.TickReport:
+def _ended(r: Ran, report: TickReport) -> TickReport:
     run.ended(r.t, report)
     return report
 
@@ -221,13 +222,13 @@ def _enqueue(ran: list[Ran]) -> None:
     """Hand the committed rows of a wave to the queue, in one call."""
     ids = [i for r in ran for i in r.report.delivery_ids]
     if ids:
-        run.enqueue_deliveries(ids)
+        enqueue_deliveries(ids)
 
 
-def internal_error(job_id: str, exc: BaseException, t: run._Tick | None) -> run.TickReport:
+def internal_error(job_id: str, exc: BaseException, t: TickRun | None) -> TickReport:
     """A bug in one tick (outside its poller): transient, its text redacted like any."""
     from ..secretenv import secret_env
 
     secrets = t.job.secret_values(secret_env()) if t is not None else logredact.known()
-    error = redact(run._describe(exc), secrets)
-    return run.TickReport(job_id, "transient", reason="internal error", error=error)
+    error = redact(describe(exc), secrets)
+    return TickReport(job_id, "transient", reason="internal error", error=error)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,58 +34,16 @@ from nexopoll.net.transport import host_gate
 
 from .. import definitions, history, keys, lease, logredact, metricstore, politeness, store
 from ..definitions import JobDef
-from ..host import PendingDelivery, TickHost, run_after_commit
+from ..host import TickHost, run_after_commit
 from ..redis import get_redis
 from ..registry import get_registry
 from ..secretenv import secret_env
 from ..store import Fenced
 from . import failures
 from . import write as tickwrite
+from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 log = logging.getLogger("nexopoll.tick")
-
-
-@dataclass
-class TickReport:
-    job_id: str
-    status: str  # ok | transient | permanent | skipped | fenced
-    reason: str = ""
-    # metrics (runtime/metricstore.py): it took over a lease whose tick never finished;
-    # the poller's own metric_inc counts
-    takeover: bool = False
-    poller_metrics: dict = field(default_factory=dict)
-    epoch: int | None = None
-    items_seen: int = 0
-    items_dispatched: int = 0
-    deliveries: list[PendingDelivery] = field(default_factory=list)
-    delivery_ids: list[str] = field(default_factory=list)
-    next_cursor: bytes | None = None
-    retry_at: datetime | None = None  # when Celery should retry a transient failure
-    error: str = ""
-    committed: bool = False
-    after_commit: list = field(default_factory=list)  # the poller's post-commit side effects
-    latency_ms: int | None = None
-    start_cursor: bytes | None = None  # the cursor the tick started from (tick history, rewind)
-    db_error: bool = False  # a transient DB error: retry soon (the task's backoff)
-    next_slot_at: datetime | None = None
-    prev_latency_ms: int | None = None  # the job's last tick before this one
-
-
-@dataclass
-class _Tick:
-    """What one running tick knows: the job, the state it started from, its epoch."""
-
-    job: JobDef
-    row: dict[str, Any]
-    start: StartState
-    policy: JobPolicy
-    epoch: int
-    crash_count: int
-    now: datetime
-    held: lease.Lease | None
-    next_slot_at: datetime | None
-    expect: int  # the row's epoch the commit compares and swaps on
-    trial: datetime | None = None  # a half-open breaker trial starts now
 
 
 def tick_job(
@@ -110,12 +67,12 @@ def tick_job(
         held = lease.try_acquire(get_redis(), job_id, ttl)
         if held is None:
             metricstore.count_skipped(job_id)  # no history entry for this one: count it here
-            return _skipped(job_id, "lease busy")
+            return skipped(job_id, "lease busy")
     report: TickReport | None = None
     try:
         report = _run(job_id, now=now, manual=manual, dry_run=dry_run, force=force, held=held)
         if held is not None and report.reason == "paused":
-            _park(job_id)
+            park(job_id)
         return report
     except DatabaseError as exc:  # reading the state or taking the epoch: nothing written
         report = failures.db_unavailable(job_id, exc, now=now, where="before the tick")
@@ -150,11 +107,11 @@ def history_entry(report: TickReport, now: datetime, held, *, manual: bool = Fal
         seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
         epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
         manual=manual, held=held, metrics=metricstore.tick_writer(report),
-        slow=_slow_mark(report),
+        slow=slow_mark(report),
     )  # fmt: skip
 
 
-def _slow_mark(report: TickReport):
+def slow_mark(report: TickReport):
     """Keep the job's place in the slow set (``keys.slow_key``) current, in the same round
     trip: beat sends a slow job's ticks one by one, never in a batch."""
     if report.latency_ms is None:
@@ -167,11 +124,6 @@ def _slow_mark(report: TickReport):
     return None
 
 
-def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
-    log.debug("tick.skipped job=%s reason=%s", job_id, reason)
-    return TickReport(job_id, "skipped", reason=reason, epoch=epoch)
-
-
 def _run(
     job_id: str, *, now: datetime, manual: bool, dry_run: bool, force: bool, held
 ) -> TickReport:
@@ -180,12 +132,12 @@ def _run(
     if isinstance(t, TickReport):
         return t
     if dry_run:
-        return _execute(t)[0]
+        return execute(t)[0]
     if (manual or t.trial) and not take_epoch(t, manual=manual):
-        return _skipped(job_id, "another tick took the epoch")
+        return skipped(job_id, "another tick took the epoch")
     report = TickReport(job_id, "fenced", epoch=t.epoch)
     try:
-        report = _finish(t, *_execute(t))
+        report = _finish(t, *execute(t))
     finally:
         ended(t, report, manual=manual)
     return report
@@ -194,11 +146,11 @@ def _run(
 def prepare(
     job_id: str, row: dict[str, Any] | None, *, now: datetime, held,
     manual: bool = False, dry_run: bool = False, force: bool = False,
-) -> _Tick | TickReport:  # fmt: skip
+) -> TickRun | TickReport:  # fmt: skip
     """What the tick starts from (``row``: its state row), or why it does not run."""
     job = definitions.get(job_id, row["definition_hash"]) if row else None
     if row is None or job is None or not row["definition_hash"]:
-        return _skipped(job_id, "unknown job")
+        return skipped(job_id, "unknown job")
     logredact.register(job.secret_values(secret_env()))
     policy = JobPolicy(
         breaker=job.breaker_policy(now),
@@ -213,21 +165,24 @@ def prepare(
         trial_started_at=row["breaker_trial_at"],
     )
     if row["paused"] and not dry_run and not (manual and force):
-        return _skipped(job_id, "paused")
+        return skipped(job_id, "paused")
     if not manual and not may_tick(health, now=now, policy=policy.breaker):
-        return _skipped(job_id, "breaker open")
+        return skipped(job_id, "breaker open")
     start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
     trial = start_tick(health, now=now).trial_started_at
     # the tick's epoch: past the version read, and past every tick that took the lease
     # since the last one ended (ticks racing from the same read label their rows apart)
     read = row["epoch"]
     epoch = read + (held.started if held is not None else 1)
-    return _Tick(job, row, start, policy, epoch, lease.crashes(row, held), now, held,
-                 next_slot(job.schedule, after=now, offset=job.offset), read,
-                 trial if trial != health.trial_started_at else None)  # fmt: skip
+    return TickRun(
+        job=job, row=row, start=start, policy=policy, epoch=epoch,
+        crash_count=lease.crashes(row, held), now=now, held=held,
+        next_slot_at=next_slot(job.schedule, after=now, offset=job.offset), expect=read,
+        trial=trial if trial != health.trial_started_at else None,
+    )  # fmt: skip
 
 
-def take_epoch(t: _Tick, *, manual: bool) -> bool:
+def take_epoch(t: TickRun, *, manual: bool) -> bool:
     """A manual run, or a half-open trial whose marker every worker must see while it
     runs: take the epoch before polling (the old two-write protocol, for these alone)."""
     started = {"last_started_at": t.now, "crash_count": t.crash_count,
@@ -240,7 +195,7 @@ def take_epoch(t: _Tick, *, manual: bool) -> bool:
     return True
 
 
-def ended(t: _Tick, report: TickReport, *, manual: bool = False) -> None:
+def ended(t: TickRun, report: TickReport, *, manual: bool = False) -> None:
     """After the tick, committed or not: a scheduled tick that did not commit is no
     longer running; the report learns where the tick started."""
     if not report.committed and not manual:
@@ -250,7 +205,7 @@ def ended(t: _Tick, report: TickReport, *, manual: bool = False) -> None:
     report.takeover = t.crash_count > 0  # took over from a tick that never ended
 
 
-def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
+def execute(t: TickRun) -> tuple[TickReport, Decision, TickAck | None, int]:
     """Call the poller (unless the crash cap says not to) and decide what its result means."""
     job, now = t.job, t.now
     host = TickHost(job.job_id, job.agent, job.agent_bindings, secret_env())
@@ -277,7 +232,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         report.after_commit = list(host.post_commit)
     else:
         secrets = job.secret_values(secret_env())
-        message = redact(_describe(exc, job.job_id), secrets)
+        message = redact(describe(exc, job.job_id), secrets)
         if (
             not isinstance(exc, TransientError | ConfigError)
             and classify(exc) is ErrorClass.TRANSIENT
@@ -294,7 +249,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
 
 
 def _finish(
-    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
+    t: TickRun, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
 ) -> TickReport:
     """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
     write = stage(t, report, decision, ack, latency_ms)
@@ -304,7 +259,7 @@ def _finish(
 
 
 def commit_staged(
-    t: _Tick, write: store.TickWrite, report: TickReport, decision: Decision,
+    t: TickRun, write: store.TickWrite, report: TickReport, decision: Decision,
     hooks: list | None = None,
 ) -> TickReport:  # fmt: skip
     """Commit one staged tick on its own (fenced on its epoch); the report it ends with
@@ -321,7 +276,7 @@ def commit_staged(
 
 
 def stage(
-    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int,
+    t: TickRun, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int,
     *, check_lease: bool = True,
 ) -> store.TickWrite | TickReport:  # fmt: skip
     """The tick's fenced write (state fields, counters, outbox rows), or the report of a
@@ -342,13 +297,13 @@ def stage(
     return tickwrite.build_write(t, fields, report)
 
 
-def fenced(t: _Tick) -> TickReport:
+def fenced(t: TickRun) -> TickReport:
     log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", t.job.job_id, t.epoch)
     return TickReport(t.job.job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
 
 
 def committed(
-    t: _Tick, report: TickReport, decision: Decision, *, enqueue: bool = True,
+    t: TickRun, report: TickReport, decision: Decision, *, enqueue: bool = True,
     hooks: list | None = None,
 ) -> None:  # fmt: skip
     """After the commit: deliveries handed to the queue (``enqueue``; a batch hands its
@@ -410,26 +365,11 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
     return ack
 
 
-def _describe(exc: BaseException, job_id: str | None = None) -> str:
-    text = (str(exc) or type(exc).__name__)[:2000]
-    if job_id and getattr(exc, "private_opt_in", False):  # a loopback/private address
-        text += f"; to poll it, set `allow_private_networks: true` in jobs[{job_id}].config"
-    return text
-
-
 def _tb(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-4000:]
 
 
-def enqueue_deliveries(ids: list[str]) -> None:
-    """Hand committed outbox rows to the delivery task, marked as queued so the sweeper
-    leaves them alone; the sweeper covers a failure here (rows left unmarked)."""
-    from ..outbox import enqueue
-
-    enqueue(ids)
-
-
-def _park(job_id: str) -> None:
+def park(job_id: str) -> None:
     """Beat sent a tick of a paused job: take its entry out of the schedule (no more)."""
     from ..redbeat_sync import park
 
