@@ -37,6 +37,7 @@ from nexopoll.core.redact import redact
 from .. import lease, logredact, metricstore, store
 from ..history import record_many
 from ..host import run_after_commit
+from ..secretenv import secret_env
 from . import failures, run
 from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
@@ -227,8 +228,6 @@ def _enqueue(ran: list[Ran]) -> None:
 
 def internal_error(job_id: str, exc: BaseException, t: TickRun | None) -> TickReport:
     """A bug in one tick (outside its poller): transient, its text redacted like any."""
-    from ..secretenv import secret_env
-
     secrets = t.job.secret_values(secret_env()) if t is not None else logredact.known()
     error = redact(describe(exc), secrets)
     return TickReport(job_id, "transient", reason="internal error", error=error)

@@ -32,7 +32,17 @@ from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 from nexopoll.net.transport import host_gate
 
-from .. import definitions, history, keys, lease, logredact, metricstore, politeness, store
+from .. import (
+    definitions,
+    history,
+    keys,
+    lease,
+    logredact,
+    metricstore,
+    politeness,
+    redbeat_sync,
+    store,
+)  # fmt: skip
 from ..definitions import JobDef
 from ..host import TickHost, run_after_commit
 from ..redis import get_redis
@@ -320,9 +330,7 @@ def committed(
     elif report.after_commit:
         hooks.append((job_id, report.after_commit))
     if decision.pause_reason:  # beat sends a paused job nothing (redbeat_sync)
-        from ..redbeat_sync import pause_changed
-
-        transaction.on_commit(lambda: pause_changed([job_id], now=t.now))
+        transaction.on_commit(lambda: redbeat_sync.pause_changed([job_id], now=t.now))
     elif decision.not_before is not None:
         _move_entry(job_id, decision.not_before, later_only=True)
     if t.job.one_shot and report.status == "transient" and report.retry_at is None:
@@ -371,21 +379,15 @@ def _tb(exc: BaseException) -> str:
 
 def park(job_id: str) -> None:
     """Beat sent a tick of a paused job: take its entry out of the schedule (no more)."""
-    from ..redbeat_sync import park
-
     try:
-        park(get_redis(), job_id)
+        redbeat_sync.park(get_redis(), job_id)
     except Exception:
         log.warning("tick.entry_not_parked job=%s", job_id, exc_info=True)
 
 
 def _move_entry(job_id: str, at: datetime, *, later_only: bool = False) -> None:
     """Move the job's RedBeat slot to ``at`` (``later_only``: only if that is later)."""
-    from ..keys import entry_key, schedule_key
-
     try:
-        get_redis().zadd(
-            schedule_key(), {entry_key(job_id): at.timestamp()}, xx=True, gt=later_only
-        )
+        redbeat_sync.move_entry(get_redis(), job_id, at, later_only=later_only)
     except Exception:
         log.warning("tick.entry_not_moved job=%s", job_id, exc_info=True)
