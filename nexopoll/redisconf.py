@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 SENTINEL_SOCKET = {"socket_timeout": 5, "socket_connect_timeout": 5}
@@ -112,3 +113,9 @@ def celery_overrides(conf: SentinelConf, transport_options: dict, redbeat_option
 
 def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def ns(suffix: str) -> str:
+    """``<NEXOPOLL_REDIS_PREFIX>:<suffix>``: the name of a key nexopoll writes (the
+    prefix separates deployments sharing one Redis; default ``nexopoll``)."""
+    return f"{settings.NEXOPOLL_REDIS_PREFIX}:{suffix}"

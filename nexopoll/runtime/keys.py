@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from nexopoll import redisconf
+
 ENTRY_PREFIX = "job:"
 
 
-def ns(suffix: str) -> str:
-    """``<NEXOPOLL_REDIS_PREFIX>:<suffix>``: the name of a key nexopoll writes (the
-    prefix separates deployments sharing one Redis; default ``nexopoll``)."""
-    return f"{settings.NEXOPOLL_REDIS_PREFIX}:{suffix}"
+ns = redisconf.ns  # <NEXOPOLL_REDIS_PREFIX>:<suffix>, shared with the channels
 
 
 def key_prefix() -> str:
