@@ -59,6 +59,7 @@ class TickRun:
     next_slot_at: datetime | None
     expect: int  # the row's epoch the commit compares and swaps on
     trial: datetime | None = None  # a half-open breaker trial starts now
+    capped: bool = False  # the crash cap is reached: the poller is not called
 
 
 def skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:

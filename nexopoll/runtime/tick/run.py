@@ -24,9 +24,18 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from nexopoll.core.breaker import Health, may_tick, start_tick
+from nexopoll.core.breaker import Health
 from nexopoll.core.contract import CancelToken, PollContext, TickAck
-from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, plan_success
+from nexopoll.core.decide import (
+    Decision,
+    JobPolicy,
+    RunState,
+    Skip,
+    StartState,
+    plan_failure,
+    plan_success,
+    should_run,
+)  # fmt: skip
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
 from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
@@ -157,16 +166,20 @@ def prepare(
     job_id: str, row: dict[str, Any] | None, *, now: datetime, held,
     manual: bool = False, dry_run: bool = False, force: bool = False,
 ) -> TickRun | TickReport:  # fmt: skip
-    """What the tick starts from (``row``: its state row), or why it does not run."""
+    """What the tick starts from (``row``: its state row), or why it does not run
+    (``core.decide.should_run`` decides; this reads what it decides from)."""
     job = definitions.get(job_id, row["definition_hash"]) if row else None
-    if row is None or job is None or not row["definition_hash"]:
-        return skipped(job_id, "unknown job")
+    known = row is not None and job is not None and bool(row["definition_hash"])
+    if not known:
+        return skipped(job_id, should_run(RunState(known=False), now=now, policy=None).reason)
+    assert row is not None and job is not None
     logredact.register(job.secret_values(secret_env()))
     policy = JobPolicy(
         breaker=job.breaker_policy(now),
         alert_cooldown=timedelta(seconds=job.alert_cooldown_secs),
         has_failure_to=bool(job.failure_to),
         max_hint=timedelta(seconds=settings.NEXOPOLL_MAX_INTERVAL_HINT_SECS),
+        max_crashes=settings.NEXOPOLL_MAX_CRASHES,
     )
     health = Health(
         consecutive_errors=row["consecutive_errors"],
@@ -174,21 +187,22 @@ def prepare(
         trips=row["breaker_trips"],
         trial_started_at=row["breaker_trial_at"],
     )
-    if row["paused"] and not dry_run and not (manual and force):
-        return skipped(job_id, "paused")
-    if not manual and not may_tick(health, now=now, policy=policy.breaker):
-        return skipped(job_id, "breaker open")
-    start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
-    trial = start_tick(health, now=now).trial_started_at
+    crash_count = lease.crashes(row, held)
+    state = RunState(known=True, health=health, paused=row["paused"], crash_count=crash_count,
+                     manual=manual, force=force, dry_run=dry_run)  # fmt: skip
+    go = should_run(state, now=now, policy=policy)
+    if isinstance(go, Skip):
+        return skipped(job_id, go.reason)
     # the tick's epoch: past the version read, and past every tick that took the lease
     # since the last one ended (ticks racing from the same read label their rows apart)
     read = row["epoch"]
-    epoch = read + (held.started if held is not None else 1)
+    start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
     return TickRun(
-        job=job, row=row, start=start, policy=policy, epoch=epoch,
-        crash_count=lease.crashes(row, held), now=now, held=held,
+        job=job, row=row, start=start,
+        policy=policy, epoch=read + (held.started if held is not None else 1),
+        crash_count=crash_count, now=now, held=held,
         next_slot_at=next_slot(job.schedule, after=now, offset=job.offset), expect=read,
-        trial=trial if trial != health.trial_started_at else None,
+        trial=go.trial, capped=go.capped,
     )  # fmt: skip
 
 
@@ -222,7 +236,7 @@ def execute(t: TickRun) -> tuple[TickReport, Decision, TickAck | None, int]:
     started = time.monotonic()
     ack: TickAck | None = None
     exc: BaseException | None = None
-    if t.crash_count >= settings.NEXOPOLL_MAX_CRASHES:
+    if t.capped:  # core.decide.should_run: the crash cap is reached
         exc = TransientError(f"the worker died during {t.crash_count} consecutive ticks")
     else:
         try:
@@ -299,8 +313,7 @@ def stage(
     for name in ("last_error", "paused_reason", "notice"):  # operators see it: no secret
         if fields.get(name):
             fields[name] = redact(fields[name], secrets)
-    capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
-    fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
+    fields["crash_count"] = 0 if report.status == "ok" or t.capped else t.crash_count
     fields["last_started_at"] = t.now
     if check_lease and t.held is not None and not failures.leases_kept([t.held]):
         return failures.lease_lost(t)
