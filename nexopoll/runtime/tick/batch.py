@@ -27,7 +27,7 @@ has run for ``NEXOPOLL_BATCH_SLOW_MS``, or the batch for
 ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started yet poll side by side on the
 process's poll threads (``NEXOPOLL_BATCH_THREADS``), as do the jobs whose last tick
 was that slow. Beat keeps such jobs out of batches anyway (the slow set, see
-``run.slow_mark``); this covers the ticks before it knows.
+``record.slow_mark``); this covers the ticks before it knows.
 """
 
 from __future__ import annotations

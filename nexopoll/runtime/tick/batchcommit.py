@@ -38,7 +38,7 @@ from .. import lease, logredact, metricstore, store
 from ..history import record_many
 from ..host import run_after_commit
 from ..secretenv import secret_env
-from . import failures, run
+from . import failures, record, run
 from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class Waves:
         busy, self._busy = self._busy, []
         try:
             entries = [
-                run.history_entry(out[d.job_id], d.at, self._held[d.job_id])
+                record.history_entry(out[d.job_id], d.at, self._held[d.job_id])
                 for d in wave
                 if d.job_id in self._held and d.job_id in out
             ]

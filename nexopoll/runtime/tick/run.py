@@ -43,8 +43,6 @@ from nexopoll.net.transport import host_gate
 
 from .. import (
     definitions,
-    history,
-    keys,
     lease,
     logredact,
     metricstore,
@@ -58,7 +56,7 @@ from ..redis import get_redis
 from ..registry import get_registry
 from ..secretenv import secret_env
 from ..store import Fenced
-from . import failures
+from . import failures, record
 from . import write as tickwrite
 from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
@@ -98,49 +96,12 @@ def tick_job(
         return report
     finally:
         if held is not None or (report is not None and not dry_run):
-            _release_and_record(job_id, held, report, now=now, manual=manual, dry_run=dry_run)
+            record.release_and_record(job_id, held, report, now=now, manual=manual, dry_run=dry_run)
 
 
 def default_lease_ttl_ms() -> int:
     """The lease TTL of a tick whose message names none (DESIGN: at least 30 s)."""
     return int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)
-
-
-def _release_and_record(
-    job_id: str, held, report: TickReport | None, *, now: datetime, manual: bool, dry_run: bool
-) -> None:
-    """Release the lease and append the tick to its history, in one Redis round trip."""
-    try:
-        if report is None or dry_run:
-            lease.release(get_redis(), held)
-            return
-        history.record_many(get_redis(), [history_entry(report, now, held, manual=manual)])
-    except Exception:  # the lease expires on its own; never mask the tick's result
-        log.warning("lease.release_failed job=%s", job_id, exc_info=True)
-
-
-def history_entry(report: TickReport, now: datetime, held, *, manual: bool = False):
-    """The tick's history entry, which also releases ``held`` and records its metrics."""
-    return history.Entry(
-        report.job_id, at=now, status=report.status, ms=report.latency_ms,
-        seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
-        epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
-        manual=manual, held=held, metrics=metricstore.tick_writer(report),
-        slow=slow_mark(report),
-    )  # fmt: skip
-
-
-def slow_mark(report: TickReport):
-    """Keep the job's place in the slow set (``keys.slow_key``) current, in the same round
-    trip: beat sends a slow job's ticks one by one, never in a batch."""
-    if report.latency_ms is None:
-        return None
-    limit = settings.NEXOPOLL_BATCH_SLOW_MS
-    if report.latency_ms > limit:
-        return lambda pipe: pipe.sadd(keys.slow_key(), report.job_id)
-    if (report.prev_latency_ms or 0) > limit:
-        return lambda pipe: pipe.srem(keys.slow_key(), report.job_id)
-    return None
 
 
 def _run(
