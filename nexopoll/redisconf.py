@@ -119,3 +119,14 @@ def ns(suffix: str) -> str:
     """``<NEXOPOLL_REDIS_PREFIX>:<suffix>``: the name of a key nexopoll writes (the
     prefix separates deployments sharing one Redis; default ``nexopoll``)."""
     return f"{settings.NEXOPOLL_REDIS_PREFIX}:{suffix}"
+
+
+def key_prefix() -> str:
+    """RedBeat's key prefix (its schedule, its entries, and the keys beside them)."""
+    return settings.CELERY_REDBEAT_KEY_PREFIX
+
+
+def kind_version_key(kind: str) -> str:
+    """Bumped when a reload adds, changes or removes a job of ``kind``: a long-lived plugin
+    restarts when the version of one of its kinds moved, and only then."""
+    return key_prefix() + "nexopoll:kind-version:" + kind

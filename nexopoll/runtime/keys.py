@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from nexopoll import redisconf
 
 ENTRY_PREFIX = "job:"
@@ -12,8 +10,7 @@ ENTRY_PREFIX = "job:"
 ns = redisconf.ns  # <NEXOPOLL_REDIS_PREFIX>:<suffix>, shared with the channels
 
 
-def key_prefix() -> str:
-    return settings.CELERY_REDBEAT_KEY_PREFIX
+key_prefix = redisconf.key_prefix
 
 
 def schedule_key() -> str:
@@ -38,10 +35,7 @@ def version_key() -> str:
     return key_prefix() + "nexopoll:version"
 
 
-def kind_version_key(kind: str) -> str:
-    """Bumped when a reload adds, changes or removes a job of ``kind``: a long-lived plugin
-    restarts when the version of one of its kinds moved, and only then."""
-    return key_prefix() + "nexopoll:kind-version:" + kind
+kind_version_key = redisconf.kind_version_key  # read by the plugins too
 
 
 def synced_key() -> str:
