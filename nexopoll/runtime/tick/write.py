@@ -4,7 +4,7 @@ and the one fenced write that stores them (``store.TickWrite``)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
@@ -12,12 +12,10 @@ from nexopoll.core.storable import storable, storable_text
 
 from ...models import Delivery
 from .. import dbclock, pacing, store
+from ..definitions import JobDef
 from ..host import PendingDelivery
 from ..secretenv import secret_env
-
-if TYPE_CHECKING:
-    from ..definitions import JobDef
-    from .report import TickReport, TickRun
+from .report import TickReport, TickRun
 
 
 def notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDelivery]:
