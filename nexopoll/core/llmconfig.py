@@ -198,3 +198,4 @@ def reply_from_json(doc: Any, provider: str) -> dict[str, Any]:
         "usage": usage,
         "finish_reason": choice.get("finish_reason"),
     }
+
