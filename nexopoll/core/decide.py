@@ -25,7 +25,7 @@ from .breaker import (
     record_success,
     retry_countdown,
     start_tick,
-)  # fmt: skip
+)
 from .errors import ErrorClass
 
 

@@ -35,21 +35,13 @@ from nexopoll.core.decide import (
     plan_failure,
     plan_success,
     should_run,
-)  # fmt: skip
+)
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
 from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 from nexopoll.net.transport import host_gate
 
-from .. import (
-    definitions,
-    lease,
-    logredact,
-    metricstore,
-    politeness,
-    redbeat_sync,
-    store,
-)  # fmt: skip
+from .. import definitions, lease, logredact, metricstore, politeness, redbeat_sync, store
 from ..definitions import JobDef
 from ..host import TickHost, run_after_commit
 from ..redis import get_redis
