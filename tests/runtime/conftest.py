@@ -7,6 +7,8 @@ import yaml
 from django.utils import timezone
 
 from nexopoll import services
+from nexopoll.runtime.tick import batch as tick_batch
+from nexopoll.tasks import requeue_tick
 
 
 class Config:
@@ -42,3 +44,9 @@ def scripted(job_id: str, every: float = 60, **extra) -> dict:
 @pytest.fixture
 def cfg(tmp_path, redis_client, transactional_db) -> Config:
     return Config(tmp_path / "pollers.yaml")
+
+
+def run_batch(items, *, clock):
+    """The batch as the ``nexopoll.tick_batch`` task runs it: spilled jobs and per-job
+    retries go to the queue as single ticks."""
+    return tick_batch.run_batch(items, clock=clock, requeue=requeue_tick)
