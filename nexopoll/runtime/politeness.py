@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 
+from . import hostwait
 from .keys import ns
 from .lease import _script
 from .redis import get_redis
@@ -67,21 +68,25 @@ def limits(override: dict[str, int] | None) -> tuple[int, int]:
     return int(in_flight), int(per_sec)
 
 
-def gate_for(override: dict[str, int] | None):
-    """A ``nexopoll.net.transport.HostGate`` with a job's caps, or None when uncapped."""
+def gate_for(override: dict[str, int] | None, job_id: str = ""):
+    """A ``nexopoll.net.transport.HostGate`` with a job's caps, or None when uncapped
+    (``job_id``: whose page notes a wait for a turn, see ``hostwait``)."""
     in_flight, per_sec = limits(override)
     if in_flight <= 0 and per_sec <= 0:
         return None
 
     def gate(host: str, budget: Any) -> contextlib.AbstractContextManager[None]:
-        return turn(host, budget, in_flight=in_flight, per_sec=per_sec)
+        return turn(host, budget, in_flight=in_flight, per_sec=per_sec, job_id=job_id)
 
     return gate
 
 
 @contextlib.contextmanager
-def turn(host: str, budget: Any, *, in_flight: int, per_sec: int) -> Iterator[None]:
-    """Hold one of ``host``'s turns for the block; wait for it within ``budget``."""
+def turn(
+    host: str, budget: Any, *, in_flight: int, per_sec: int, job_id: str = ""
+) -> Iterator[None]:
+    """Hold one of ``host``'s turns for the block; wait for it within ``budget``. A wait
+    is counted (``hostwait.record``: by host, and as the job's latest wait)."""
     client = get_redis()
     key = PREFIX + host
     token = secrets.token_hex(8)
@@ -89,10 +94,18 @@ def turn(host: str, budget: Any, *, in_flight: int, per_sec: int) -> Iterator[No
     lease_ms = int(max(budget.remaining(), 1.0) * 1000) + 1000
     wait = _WAIT_MIN
     take = _script(client, _TAKE)
-    while not take(keys=[key, key + ":s:"], args=[token, lease_ms, in_flight, per_sec]):
-        left = budget.check()  # raises when the deadline passed or the tick was cancelled
-        time.sleep(min(wait, left))
-        wait = min(wait * 2, _WAIT_MAX)
+    waited_since = None
+    try:
+        while not take(keys=[key, key + ":s:"], args=[token, lease_ms, in_flight, per_sec]):
+            if waited_since is None:
+                waited_since = time.monotonic()
+            left = budget.check()  # raises when the deadline passed or the tick was cancelled
+            time.sleep(min(wait, left))
+            wait = min(wait * 2, _WAIT_MAX)
+    finally:
+        if waited_since is not None:  # granted, or the deadline ran out while waiting
+            hostwait.record(client, host, time.monotonic() - waited_since, job_id=job_id,
+                            cap=in_flight)  # fmt: skip
     try:
         yield
     finally:

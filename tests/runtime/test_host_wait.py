@@ -1,0 +1,79 @@
+"""Waiting on a host cap is visible (issue 19): the time requests waited for a turn on
+their host is a histogram by host in /metrics, host labels capped; the job's latest
+wait is kept for its admin page."""
+
+from __future__ import annotations
+
+import time
+
+from nexopoll.runtime import hostwait
+from nexopoll.runtime.tick import tick_job
+from tests.metrics.test_metrics import get, scrape
+from tests.runtime.test_politeness import NOW, Busy, job, tick_all
+from tests.support.httpserver import TestHTTPServer
+
+HOST = "127.0.0.1"
+
+
+def test_ticks_that_wait_for_a_host_turn_are_counted_by_host_and_noted_per_job(cfg, redis_client):
+    busy = Busy(0.15)
+    with TestHTTPServer() as api:
+        api.route("GET", "/feed", busy)
+        ids = [f"q{i}" for i in range(4)]
+        cfg.write([job(j, api.url("/feed"), host_limits={"in_flight": 1}) for j in ids])
+        cfg.reload()
+        assert tick_all(ids) == dict.fromkeys(ids, "ok")
+    assert busy.peak == 1
+    data = scrape()
+    waits = get(data, "poller_host_wait_seconds_count", host=HOST)
+    assert waits is not None and 3 <= waits <= 4  # one went first; the others waited
+    # four requests of 0.15 s one at a time: the waits add up to at least 0.15+0.3+0.45 s
+    assert get(data, "poller_host_wait_seconds_sum", host=HOST) >= 0.8
+    assert get(data, "poller_host_wait_seconds_bucket", host=HOST, le="+Inf") == waits
+    noted = {j: hostwait.last_wait(redis_client, j) for j in ids}
+    waited = {j: w for j, w in noted.items() if w is not None}
+    assert len(waited) == waits
+    for w in waited.values():
+        assert w["host"] == HOST and w["cap"] == 1 and w["ms"] >= 50
+        assert abs(w["at"] - time.time()) < 30
+
+
+def test_a_tick_that_never_gets_a_turn_is_counted_too(cfg, redis_client):
+    with TestHTTPServer() as api:
+        api.route("GET", "/feed", Busy(0.0))
+        job_cfg = job("w", api.url("/feed"), host_limits={"in_flight": 1})
+        job_cfg["config"]["timeout_secs"] = 1
+        cfg.write([job_cfg])
+        cfg.reload()
+        redis_client.zadd("nexopoll:host:127.0.0.1", {"other-worker": time.time() * 1000 + 60e3})
+        assert tick_job("w", now=NOW).status == "transient"
+    assert get(scrape(), "poller_host_wait_seconds_count", host=HOST) == 1
+    assert hostwait.last_wait(redis_client, "w")["ms"] >= 500
+
+
+def test_no_wait_no_series_and_no_note(cfg, redis_client):
+    with TestHTTPServer() as api:
+        api.route("GET", "/feed", Busy(0.0))
+        cfg.write([job("solo", api.url("/feed"))])
+        cfg.reload()
+        assert tick_job("solo", now=NOW).status == "ok"
+    assert not [k for k in scrape() if k[0].startswith("poller_host_wait")]
+    assert hostwait.last_wait(redis_client, "solo") is None
+
+
+def test_host_labels_are_capped(cfg, redis_client, settings):
+    settings.NEXOPOLL_METRICS_MAX_LABEL_VALUES = 2
+    for host in ("a.test", "b.test", "c.test", "d.test", "a.test"):
+        hostwait.record(redis_client, host, 0.02)
+    data = scrape()
+    counts = {h: get(data, "poller_host_wait_seconds_count", host=h)
+              for h in ("a.test", "b.test", "c.test", "d.test", hostwait.OTHER)}  # fmt: skip
+    assert counts == {"a.test": 2, "b.test": 1, "c.test": None, "d.test": None,
+                      hostwait.OTHER: 2}  # fmt: skip
+
+
+def test_metrics_off_records_no_wait(cfg, redis_client, settings):
+    settings.NEXOPOLL_METRICS = False
+    hostwait.record(redis_client, "a.test", 0.5, job_id="x", cap=1)
+    assert hostwait.last_wait(redis_client, "x") is None
+    assert not redis_client.exists("nexopoll:metrics:host_wait")
