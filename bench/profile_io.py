@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from .io import UNCAPPED, SlowServer
+from .plot import load
 from .run import RESULTS, ROUNDS, JobDBs, publish
 from .stack import (
     ROOT,
@@ -34,9 +35,16 @@ from .stack import (
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/nexopoll_prof"
 
 
+OPTS = {"pool": "solo", "threads": 64, "profile": True}
+
+
 def solo(stack: Stack, m: int, out: Path, include: str = "") -> dict:
-    args = worker_args(1, "prof", include, pool="solo")
-    cmd = [sys.executable, "-m", "bench._cprof", str(out), "-A", "nexopoll", *args]
+    pool, c = OPTS["pool"], OPTS["threads"] if OPTS["pool"] == "threads" else 1
+    args = worker_args(c, "prof", include, pool=pool)
+    if OPTS["profile"]:
+        cmd = [sys.executable, "-m", "bench._cprof", str(out), "-A", "nexopoll", *args]
+    else:
+        cmd = [sys.executable, "-m", "celery", "-A", "nexopoll", *args]
     log = open(stack.dir / "prof.log", "ab")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=stack.env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
@@ -57,7 +65,10 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--delay-ms", type=int, default=5)
     p.add_argument("--top", type=int, default=45)
+    p.add_argument("--pool", default="solo", help="solo (profiled) or threads (-c 64)")
+    p.add_argument("--no-profile", action="store_true", help="CPU per task only")
     a = p.parse_args()
+    OPTS.update(pool=a.pool, profile=not a.no_profile)
     if a.db.startswith("postgres"):
         use_postgres(a.db if "://" in a.db else PG_DEFAULT)
     RESULTS.mkdir(exist_ok=True)
@@ -82,9 +93,12 @@ def main() -> None:
     finally:
         server.close()
         dbs.close()
-    print(f"raw fetch  {raw_res['cpu_ms_per_task']:.3f} ms CPU/task (solo, with cProfile)")
+    how = f"{a.pool}, {'with' if OPTS['profile'] else 'no'} cProfile, load {load()}"
+    print(f"raw fetch  {raw_res['cpu_ms_per_task']:.3f} ms CPU/task ({how})")
     print(f"nexopoll   {res['cpu_ms_per_task']:.3f} ms CPU/task  ratio "
           f"{res['cpu_ms_per_task'] / raw_res['cpu_ms_per_task']:.2f}x")  # fmt: skip
+    if not OPTS["profile"]:
+        return
     st = pstats.Stats(str(out))
     st.sort_stats("cumulative").print_stats(a.top)
     st.sort_stats("tottime").print_stats(a.top)

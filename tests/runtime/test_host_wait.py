@@ -77,3 +77,34 @@ def test_metrics_off_records_no_wait(cfg, redis_client, settings):
     hostwait.record(redis_client, "a.test", 0.5, job_id="x", cap=1)
     assert hostwait.last_wait(redis_client, "x") is None
     assert not redis_client.exists("nexopoll:metrics:host_wait")
+
+
+def test_turns_ended_in_the_ticks_closing_round_trip(redis_client):
+    """Within ``deferring`` (a scheduled tick), a finished request's turn is ended by the
+    tick's closing pipeline, not by a round trip of its own; the tick's next request on the
+    same host (cap 1) ends it as it takes its own, never waiting on itself; what is left
+    when the block ends is ended then."""
+    from nexopoll.net.http import _Budget
+    from nexopoll.runtime import politeness
+
+    host, key = "paged.example", "nexopoll:host:paged.example"
+    other, other_key = "other.example", "nexopoll:host:other.example"
+    with politeness.deferring() as pending:
+        with politeness.turn(host, _Budget(5, None, "page 1"), in_flight=1, per_sec=0):
+            pass
+        assert redis_client.zcard(key) == 1 and len(pending) == 1  # still held
+        started = time.monotonic()
+        with politeness.turn(host, _Budget(2, None, "page 2"), in_flight=1, per_sec=0):
+            assert redis_client.zcard(key) == 1  # page 1's turn ended as page 2's was taken
+        assert time.monotonic() - started < 1.0  # no wait for its own earlier turn
+        pipe = redis_client.pipeline(transaction=False)
+        politeness.queue_releases(pipe, pending)
+        pipe.execute()
+        assert redis_client.zcard(key) == 0 and pending == []
+        with politeness.turn(other, _Budget(5, None, "left"), in_flight=1, per_sec=0):
+            pass
+        assert redis_client.zcard(other_key) == 1
+    assert redis_client.zcard(other_key) == 0  # ended when the block ended
+    with politeness.turn(host, _Budget(5, None, "outside"), in_flight=1, per_sec=0):
+        pass
+    assert redis_client.zcard(key) == 0  # outside a tick: ended at once
