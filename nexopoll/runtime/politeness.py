@@ -101,6 +101,7 @@ def turn(
     take = _script(client, _TAKE)
     waited_since = None
     deferred = _deferred.get()
+    job_id = job_id or _job.get()
     mine = [t for k, t in deferred if k == key] if deferred else []
     if mine:  # this tick's earlier turns on the host end as this one is taken
         deferred[:] = [(k, t) for k, t in deferred if k != key]
@@ -135,19 +136,25 @@ _deferred: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.Co
 )
 
 
+_job: contextvars.ContextVar[str] = contextvars.ContextVar("nexopoll_turn_job", default="")
+
+
 @contextlib.contextmanager
-def deferring() -> Iterator[list[tuple[str, str]]]:
-    """Within the block, a turn whose request finished is not ended at once (one Redis
+def deferring(job_id: str = "") -> Iterator[list[tuple[str, str]]]:
+    """The scope of one scheduled tick of ``job_id`` (the job a wait is noted for).
+
+    Within the block, a turn whose request finished is not ended at once (one Redis
     round trip per request) but kept in the yielded list, for the caller to end in a round
     trip it makes anyway (``queue_releases``: a tick's closing pipeline, which releases its
     lease). Whatever is left at the end of the block is ended then. The turns of one host
     taken again in the block end as the new one is taken (never waiting on oneself)."""
     pending: list[tuple[str, str]] = []
-    reset = _deferred.set(pending)
+    reset, reset_job = _deferred.set(pending), _job.set(job_id)
     try:
         yield pending
     finally:
         _deferred.reset(reset)
+        _job.reset(reset_job)
         if pending:
             try:
                 pipe = get_redis().pipeline(transaction=False)
@@ -157,8 +164,13 @@ def deferring() -> Iterator[list[tuple[str, str]]]:
                 pass
 
 
-def queue_releases(pipe: Any, pending: list[tuple[str, str]]) -> None:
-    """Queue the end of the ``pending`` turns on ``pipe`` (and forget them)."""
+def queue_releases(pipe: Any, pending: list[tuple[str, str]] | None = None) -> None:
+    """Queue the end of the ``pending`` turns (default: those of the current
+    ``deferring`` block, if any) on ``pipe``, and forget them."""
+    if pending is None:
+        pending = _deferred.get()
+        if not pending:
+            return
     for key, token in pending:
         pipe.zrem(key, token)
     pending.clear()

@@ -4,15 +4,41 @@ wait is kept for its admin page."""
 
 from __future__ import annotations
 
+import threading
 import time
 
-from nexopoll.runtime import hostwait
+from django.db import connection
+
+from nexopoll.runtime import hostwait, politeness
 from nexopoll.runtime.tick import tick_job
 from tests.metrics.test_metrics import get, scrape
-from tests.runtime.test_politeness import NOW, Busy, job, tick_all
+from tests.runtime.test_politeness import NOW, Busy, job
 from tests.support.httpserver import TestHTTPServer
 
 HOST = "127.0.0.1"
+
+
+def scheduled(job_id: str) -> str:
+    """A scheduled tick as the ``nexopoll.tick`` task runs it (its politeness scope)."""
+    with politeness.deferring(job_id):
+        return tick_job(job_id, now=NOW).status
+
+
+def tick_all(ids: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+
+    def one(job_id: str) -> None:
+        try:
+            out[job_id] = scheduled(job_id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(j,)) for j in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
 
 
 def test_ticks_that_wait_for_a_host_turn_are_counted_by_host_and_noted_per_job(cfg, redis_client):
@@ -46,7 +72,7 @@ def test_a_tick_that_never_gets_a_turn_is_counted_too(cfg, redis_client):
         cfg.write([job_cfg])
         cfg.reload()
         redis_client.zadd("nexopoll:host:127.0.0.1", {"other-worker": time.time() * 1000 + 60e3})
-        assert tick_job("w", now=NOW).status == "transient"
+        assert scheduled("w") == "transient"
     assert get(scrape(), "poller_host_wait_seconds_count", host=HOST) == 1
     assert hostwait.last_wait(redis_client, "w")["ms"] >= 500
 
@@ -56,7 +82,7 @@ def test_no_wait_no_series_and_no_note(cfg, redis_client):
         api.route("GET", "/feed", Busy(0.0))
         cfg.write([job("solo", api.url("/feed"))])
         cfg.reload()
-        assert tick_job("solo", now=NOW).status == "ok"
+        assert scheduled("solo") == "ok"
     assert not [k for k in scrape() if k[0].startswith("poller_host_wait")]
     assert hostwait.last_wait(redis_client, "solo") is None
 
@@ -108,3 +134,18 @@ def test_turns_ended_in_the_ticks_closing_round_trip(redis_client):
     with politeness.turn(host, _Budget(5, None, "outside"), in_flight=1, per_sec=0):
         pass
     assert redis_client.zcard(key) == 0  # outside a tick: ended at once
+
+
+def test_the_tick_task_notes_its_job_and_ends_its_turn_with_the_lease(cfg, redis_client):
+    from nexopoll import tasks
+
+    with TestHTTPServer() as api:
+        api.route("GET", "/feed", Busy(0.0))
+        cfg.write([job("t", api.url("/feed"), host_limits={"in_flight": 1})])
+        cfg.reload()
+        # another worker's turn that ends in 0.3 s (Redis's clock): the tick waits for it
+        now_ms = int(redis_client.time()[0]) * 1000 + redis_client.time()[1] // 1000
+        redis_client.zadd("nexopoll:host:127.0.0.1", {"other-worker": now_ms + 300})
+        assert tasks.tick.apply(args=["t"]).get() == "ok"
+    assert hostwait.last_wait(redis_client, "t")["cap"] == 1
+    assert redis_client.zcard("nexopoll:host:127.0.0.1") == 0  # its own turn ended too
