@@ -113,6 +113,7 @@ test-pg: venv redis-bin
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m nexopoll.devtools.cycles  # no import cycle among nexopoll's modules
 	$(MAKE) --no-print-directory docs
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link fails.

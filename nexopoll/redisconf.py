@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 SENTINEL_SOCKET = {"socket_timeout": 5, "socket_connect_timeout": 5}
@@ -112,3 +113,20 @@ def celery_overrides(conf: SentinelConf, transport_options: dict, redbeat_option
 
 def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def ns(suffix: str) -> str:
+    """``<NEXOPOLL_REDIS_PREFIX>:<suffix>``: the name of a key nexopoll writes (the
+    prefix separates deployments sharing one Redis; default ``nexopoll``)."""
+    return f"{settings.NEXOPOLL_REDIS_PREFIX}:{suffix}"
+
+
+def key_prefix() -> str:
+    """RedBeat's key prefix (its schedule, its entries, and the keys beside them)."""
+    return settings.CELERY_REDBEAT_KEY_PREFIX
+
+
+def kind_version_key(kind: str) -> str:
+    """Bumped when a reload adds, changes or removes a job of ``kind``: a long-lived plugin
+    restarts when the version of one of its kinds moved, and only then."""
+    return key_prefix() + "nexopoll:kind-version:" + kind

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from datetime import timedelta
 
 from celery import shared_task
 from django.utils import timezone
 
-from .runtime import batch, delivery, outbox, politeness
-from .runtime.tick import tick_job
+from .runtime import delivery, outbox, politeness
+from .runtime.tick import batch, tick_job
+
+log = logging.getLogger("nexopoll.tick")
 
 DB_RETRIES = 6  # 0.5 + 1 + 2 + 4 + 8 + 16 s: then the next slot takes over
 
@@ -41,9 +44,19 @@ def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
 def tick_batch(jobs: list[list]) -> dict[str, int]:
     """Scheduled ticks of many jobs that fell due together (beat's batched dispatch):
     ``jobs`` is ``[[job_id, lease_ttl_ms], ...]``. Each job keeps its own lease, epoch,
-    commit and retry (runtime/batch.py); returns how many ended in each status."""
-    reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now)
+    commit and retry (runtime/tick/batch.py); returns how many ended in each status."""
+    reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now,
+                              requeue=requeue_tick)  # fmt: skip
     return dict(Counter(report.status for report in reports))
+
+
+def requeue_tick(job_id: str, lease_ttl_ms: int, **options) -> None:
+    """Queue one ``nexopoll.tick`` for ``job_id``: a job a batch hands back (a spilled
+    job) or retries alone; ``options`` go to ``apply_async`` (countdown, eta, retries)."""
+    try:
+        tick.apply_async((job_id,), {"lease_ttl_ms": lease_ttl_ms}, **options)
+    except Exception:  # the next slot ticks it
+        log.warning("tick.requeue_failed job=%s", job_id, exc_info=True)
 
 
 @shared_task(name="nexopoll.deliver", ignore_result=True)

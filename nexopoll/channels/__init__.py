@@ -14,39 +14,20 @@ waiting for its turn is re-queued, its attempt not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel
 
 from nexopoll.core.bindings import BUILTIN_BINDING_SCHEMAS
 from nexopoll.core.errors import ConfigError
 
+from .message import Channel, OutboundMessage
+
 ENTRY_POINT_GROUP = "nexopoll.channels"
 
 
-@dataclass(frozen=True)
-class OutboundMessage:
-    delivery_id: str
-    job_id: str
-    agent: str
-    channel: str
-    recipient: str
-    payload: dict[str, Any]
-    attempt: int
-    purpose: str = "item"  # item | alert | recovery | publish
-
-
-class Channel(Protocol):
-    name: str
-
-    def send(
-        self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
-    ) -> None:
-        """Send one message; raise TransientError to retry later, PermanentError to give up,
-        ConfigError for a problem in the binding (the delivery is held, not dead)."""
-
+__all__ = ["Channel", "OutboundMessage", "get_channel"]
 
 _channels: dict[str, Channel] | None = None
 

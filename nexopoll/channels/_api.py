@@ -19,7 +19,7 @@ from nexopoll.core import markup
 from nexopoll.core.errors import ConfigError, PermanentError
 from nexopoll.net import http
 
-from . import OutboundMessage
+from .message import OutboundMessage
 
 MAX_RESPONSE_BYTES = 256 * 1024
 

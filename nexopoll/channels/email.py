@@ -29,8 +29,8 @@ from nexopoll.core.bindings import EMAIL_RE, EmailBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.templates import render
 
-from . import OutboundMessage
 from ._api import message_text
+from .message import OutboundMessage
 
 MAX_SUBJECT = 150
 MAX_BODY = 1_000_000

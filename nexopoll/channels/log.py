@@ -6,7 +6,7 @@ import json
 import logging
 from typing import Any
 
-from . import OutboundMessage
+from .message import OutboundMessage
 
 log = logging.getLogger("nexopoll.delivery")
 

@@ -31,8 +31,8 @@ from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.markup import escape_slack
 from nexopoll.net import http
 
-from . import OutboundMessage
 from ._api import api_base, json_body, message_text, post_json
+from .message import OutboundMessage
 
 DEFAULT_BASE = "https://slack.com/api"
 # Slack's error words ("no_service"); any other answer text is dropped, never quoted

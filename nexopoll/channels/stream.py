@@ -24,12 +24,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from nexopoll.core.bindings import StreamBinding
 from nexopoll.core.errors import ConfigError, TransientError
+from nexopoll.redisconf import ns
 
-from . import OutboundMessage
+from .message import OutboundMessage
 
 TOPIC_RE = re.compile(r"^plugin\.[A-Za-z0-9_.:-]{1,200}$", re.ASCII)
 SENT_TTL_SECS = 7 * 24 * 3600
@@ -47,10 +49,25 @@ return id
 """
 
 
-def sent_marker(delivery_id: str) -> str:
-    from nexopoll.runtime.keys import ns  # NEXOPOLL_REDIS_PREFIX
+# the process's shared Redis client, given by the runtime at start (``use_redis``: the
+# channel layer sits below the runtime and imports none of it)
+_shared_redis: Callable[[], Any] | None = None
 
-    return ns(f"stream:sent:{delivery_id}")
+
+def use_redis(factory: Callable[[], Any]) -> None:
+    """Give the channel the process's shared Redis client (``runtime.redis.get_redis``)."""
+    global _shared_redis
+    _shared_redis = factory
+
+
+def _shared_client() -> Any:
+    if _shared_redis is None:
+        raise TransientError("the stream channel was given no Redis client (apps.ready gives it)")
+    return _shared_redis()
+
+
+def sent_marker(delivery_id: str) -> str:
+    return ns(f"stream:sent:{delivery_id}")  # NEXOPOLL_REDIS_PREFIX
 
 
 def _bounded_client(deadline_secs: float) -> Any:
@@ -118,25 +135,22 @@ class StreamChannel:
     ) -> None:
         from redis.exceptions import RedisError
 
-        from nexopoll.runtime.redis import get_redis
-
         b = StreamBinding.model_validate(binding)
         key = check_topic(message.recipient) if message.purpose == "publish" else topic_for(b)
         argv: list[Any] = [maxlen(), SENT_TTL_SECS]
         for name, value in entry_fields(message).items():
             argv += [name, value]
-        client = _bounded_client(deadline_secs) or get_redis()
+        shared = _shared_client()
+        client = _bounded_client(deadline_secs) or shared
         try:
             client.eval(_XADD_ONCE, 2, key, sent_marker(message.delivery_id), *argv)
         except RedisError as exc:
             raise TransientError(f"stream XADD to {key} failed: {type(exc).__name__}") from exc
         finally:
-            if client is not get_redis():
+            if client is not shared:
                 client.close()
 
     def forget_sent(self, delivery_ids: list[str]) -> None:
         """Drop the rows' "already added" markers: their next send adds an entry again."""
-        from nexopoll.runtime.redis import get_redis
-
         if delivery_ids:
-            get_redis().delete(*[sent_marker(i) for i in delivery_ids])
+            _shared_client().delete(*[sent_marker(i) for i in delivery_ids])

@@ -38,8 +38,8 @@ from nexopoll.core.bindings import TelegramBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.markup import TELEGRAM_ESCAPES
 
-from . import OutboundMessage
 from ._api import api_base, json_body, message_text, post_json
+from .message import OutboundMessage
 
 DEFAULT_BASE = "https://api.telegram.org"
 MAX_TEXT = 4096

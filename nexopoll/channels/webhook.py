@@ -27,7 +27,7 @@ from nexopoll.core.errors import (
 )
 from nexopoll.net import http
 
-from . import OutboundMessage
+from .message import OutboundMessage
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:

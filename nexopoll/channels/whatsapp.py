@@ -20,8 +20,8 @@ from nexopoll.core.bindings import WhatsappBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.net import http
 
-from . import OutboundMessage
 from ._api import api_base, json_body, message_text, post_json
+from .message import OutboundMessage
 
 DEFAULT_BASE = "https://graph.facebook.com/v20.0"
 MAX_TEXT = 4096

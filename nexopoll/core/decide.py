@@ -1,17 +1,31 @@
-"""What a tick's result means for the job: the pure part of the commit protocol.
+"""Whether a tick runs, and what its result means for the job: the pure part of the
+tick (``runtime/tick/run.py`` does its I/O).
 
-Given the state a tick read when it started and how the poller ended, decide the
-job's next health, whether it pauses, whether ``failure_to`` gets an alert (or a
-recovery notice) and whether Celery should retry. No I/O, no clock: ``now`` is a
-parameter, like every time-dependent function in ``nexopoll.core``.
+``should_run`` decides from the state row a tick read whether it runs at all (an
+unknown job, a paused one, an open breaker: ``Skip``) and how (a half-open trial, or
+a crash cap that fails the tick without calling the poller: ``Run``).
+
+``plan_success`` / ``plan_failure``: given the state a tick read when it started and
+how the poller ended, decide the job's next health, whether it pauses, whether
+``failure_to`` gets an alert (or a recovery notice) and whether Celery should retry.
+No I/O, no clock: ``now`` is a parameter, like every time-dependent function in
+``nexopoll.core``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .breaker import BreakerPolicy, Health, record_failure, record_success, retry_countdown
+from .breaker import (
+    BreakerPolicy,
+    Health,
+    may_tick,
+    record_failure,
+    record_success,
+    retry_countdown,
+    start_tick,
+)  # fmt: skip
 from .errors import ErrorClass
 
 
@@ -21,6 +35,8 @@ class JobPolicy:
     alert_cooldown: timedelta
     has_failure_to: bool
     max_hint: timedelta = timedelta(hours=1)
+    # the worker died during this many consecutive ticks: the next fails without polling
+    max_crashes: int = 3
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,53 @@ class StartState:
     health: Health
     alert_active: bool = False
     last_failure_alert_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What whether a tick runs depends on: the job's state row as the tick read it
+    (``known``: there is one, with a definition), and how the tick was asked for."""
+
+    known: bool
+    health: Health = field(default_factory=Health)
+    paused: bool = False
+    crash_count: int = 0  # consecutive ticks of this job whose worker died
+    manual: bool = False  # the CLI's run: the breaker does not apply
+    force: bool = False  # with ``manual``: a paused job runs too
+    dry_run: bool = False  # polls, commits nothing: a paused job runs too
+
+
+@dataclass(frozen=True)
+class Skip:
+    """The tick does not run: ``unknown job``, ``paused`` or ``breaker open``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """The tick runs. ``trial``: a half-open breaker trial starts now (its marker must be
+    stored before polling). ``capped``: the crash cap is reached, the poller is not
+    called and the tick ends as a transient failure."""
+
+    trial: datetime | None = None
+    capped: bool = False
+
+
+def should_run(state: RunState, *, now: datetime, policy: JobPolicy | None) -> Skip | Run:
+    """Whether (and how) a tick runs now. ``policy`` is None when the job has no
+    definition."""
+    if not state.known or policy is None:
+        return Skip("unknown job")
+    if state.paused and not state.dry_run and not (state.manual and state.force):
+        return Skip("paused")
+    if not state.manual and not may_tick(state.health, now=now, policy=policy.breaker):
+        return Skip("breaker open")
+    trial = start_tick(state.health, now=now).trial_started_at
+    return Run(
+        trial=trial if trial != state.health.trial_started_at else None,
+        capped=state.crash_count >= policy.max_crashes,
+    )
 
 
 @dataclass(frozen=True)

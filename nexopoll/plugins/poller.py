@@ -23,6 +23,7 @@ from typing import Any
 
 from nexopoll.core.contract import PollContext, Poller, TickAck
 from nexopoll.core.errors import TransientError
+from nexopoll.redisconf import kind_version_key
 
 from .manifest import Manifest, ManifestError, parse_manifest
 from .process import Limits, PluginProcess
@@ -230,8 +231,6 @@ def stop_all() -> None:
 def _version_keys(m: Manifest) -> list[str]:
     """The reload versions of the plugin's own kinds: a reload that changes only other
     jobs leaves them, and the plugin's process with its in-flight ticks, alone."""
-    from nexopoll.runtime.keys import kind_version_key
-
     return [kind_version_key(kind) for kind in sorted(m.kinds)]
 
 

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Sequence
 
 from nexopoll.core.contract import CancelToken
+from nexopoll.redisconf import ns
 
 _ACQUIRE = """
 local t = redis.call('TIME')
@@ -42,8 +43,6 @@ return {0, version}
 
 
 def key(plugin_id: str) -> str:
-    from nexopoll.runtime.keys import ns
-
     return ns(f"plugin:sem:{plugin_id}")
 
 

@@ -8,31 +8,22 @@ from .manifest import DuplicateKindError, check_kinds, load_manifests
 from .semaphore import key as semaphore_key
 
 
-def _taken() -> dict[str, str]:
-    """Kinds registered without plugins (built-ins, entry points, dotted names)."""
-    from django.conf import settings
-
-    from nexopoll.runtime.registry import build_registry
-
-    extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
-    return build_registry(extra).sources()
-
-
-def problems(plugins_dir: str) -> list[str]:
-    """Every invalid manifest and every kind claimed twice, one line each."""
+def problems(plugins_dir: str, taken: dict[str, str]) -> list[str]:
+    """Every invalid manifest and every kind claimed twice, one line each (``taken``: the
+    kinds registered without plugins, ``runtime.registry.builtin_sources()``)."""
     manifests, bad = load_manifests(plugins_dir)
     out = [str(e) for e in bad]
     try:
-        check_kinds(manifests, _taken())
+        check_kinds(manifests, taken)
     except DuplicateKindError as exc:
         out += str(exc).split("; ")
     return out
 
 
-def rows(plugins_dir: str, redis: Any = None) -> list[dict[str, Any]]:
-    """One row per manifest: id, lifecycle, kinds, limits, path and state."""
+def rows(plugins_dir: str, taken: dict[str, str], redis: Any = None) -> list[dict[str, Any]]:
+    """One row per manifest: id, lifecycle, kinds, limits, path and state (``taken``: as
+    for ``problems``)."""
     manifests, bad = load_manifests(plugins_dir)
-    taken = _taken()
     out: list[dict[str, Any]] = []
     for m in manifests:
         clash = [k for k in m.kinds if k in taken]

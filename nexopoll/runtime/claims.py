@@ -25,19 +25,16 @@ CLAIM_SECS = 90
 SEND_DEADLINE_SECS = 30.0  # per attempt, over connect, headers and body (setting overrides)
 # a send ends this long before its claim does (at most this share of the claim)
 CLAIM_MARGIN_SECS, CLAIM_MARGIN_SHARE = 5.0, 0.2
+CLAIM = timedelta(seconds=CLAIM_SECS)  # NEXOPOLL_DELIVERY_CLAIM_SECS overrides
 
 
 def claim_secs() -> float:
     """How long a sender holds a row: ``NEXOPOLL_DELIVERY_CLAIM_SECS`` when set to other
-    than the default, else ``delivery.CLAIM`` (90 s; code may set it)."""
-    from . import delivery
-
+    than the default, else ``CLAIM`` (90 s; code may set it)."""
     configured = float(getattr(settings, "NEXOPOLL_DELIVERY_CLAIM_SECS", 0) or CLAIM_SECS)
     if configured != CLAIM_SECS:
         return configured
-    if delivery.CLAIM != timedelta(seconds=CLAIM_SECS):
-        return delivery.CLAIM.total_seconds()
-    return float(delivery.CLAIM_SECS)
+    return CLAIM.total_seconds()
 
 
 def send_deadline(claimed_at: float) -> float:
@@ -47,9 +44,7 @@ def send_deadline(claimed_at: float) -> float:
     hold = claim_secs()
     margin = min(CLAIM_MARGIN_SECS, hold * CLAIM_MARGIN_SHARE)
     left = hold - margin - (time.monotonic() - claimed_at)
-    from . import delivery
-
-    configured = getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", delivery.SEND_DEADLINE_SECS)
+    configured = getattr(settings, "NEXOPOLL_DELIVERY_DEADLINE_SECS", SEND_DEADLINE_SECS)
     return max(min(float(configured), left), 0.05)
 
 

@@ -25,6 +25,8 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from .redis import get_redis
+
 log = logging.getLogger("nexopoll.delivery")
 
 REFRESH_SECS = 60.0
@@ -44,7 +46,6 @@ def _reference() -> float:
         with connection.cursor() as cur:
             cur.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())")
             return float(cur.fetchone()[0])
-    from .redis import get_redis
 
     sec, usec = get_redis().time()
     return sec + usec / 1e6

@@ -64,9 +64,8 @@ from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.delivery")
 
-CLAIM_SECS = claims.CLAIM_SECS  # NEXOPOLL_DELIVERY_CLAIM_SECS overrides
-CLAIM = timedelta(seconds=CLAIM_SECS)
-SEND_DEADLINE_SECS = claims.SEND_DEADLINE_SECS
+# the claim's length and a send's deadline live in claims.py (settings override them)
+CLAIM_SECS, CLAIM, SEND_DEADLINE_SECS = claims.CLAIM_SECS, claims.CLAIM, claims.SEND_DEADLINE_SECS
 SWEEP_GRACE = timedelta(seconds=5)
 # a held row is tried again after this long even without a reload (a worker's env fixed)
 HOLD_RETRY = timedelta(minutes=5)

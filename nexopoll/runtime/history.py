@@ -30,6 +30,7 @@ import redis
 
 from .keys import ns
 from .lease import Lease, queue_script, release_in, released, rerun_if_unloaded
+from .politeness import queue_releases
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -121,8 +122,6 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
     (``pipe``: one the caller already queued commands on, whose results come first in the
     returned list)."""
     pipe = pipe if pipe is not None else client.pipeline(transaction=False)
-    from .politeness import queue_releases
-
     queue_releases(pipe)  # the host turns a scheduled tick kept for this round trip
     lens: list[tuple[str, int]] = []
     appends: list[tuple[int, list, list]] = []

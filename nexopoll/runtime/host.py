@@ -24,7 +24,9 @@ from nexopoll.core.errors import ConfigError, CredentialsMissingError, Permanent
 from nexopoll.core.hostcheck import check_channel, check_json, check_recipient, printable
 from nexopoll.core.redact import secret_values
 
-from . import logredact
+from . import definitions, llm, logredact
+from .metricstore import poller_key
+from .registry import get_registry
 from .secretenv import secret_env
 
 log = logging.getLogger("nexopoll.poller")
@@ -157,7 +159,6 @@ class TickHost:
             ConfigError: an invalid metric or label name (``__name__``, ``le``, ``job``,
                 ``1abc``…) or more than 5 labels (``nexopoll.core.metricrules``).
         """
-        from .metricstore import poller_key
 
         if not self._secrets_known:  # a tick registered them already; a tool call may not
             logredact.register(secret_values(self.bindings, self.env))
@@ -172,7 +173,6 @@ class TickHost:
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         from django.conf import settings
 
-        from . import llm
 
         providers = llm.load_settings(settings.NEXOPOLL_CONFIG, self.env)
         return llm.invoke(request, settings=providers, env=self.env)
@@ -199,8 +199,6 @@ def call_job_tool(job_id: str, tool: str, args: dict[str, Any]) -> Any:
     Raises:
         ConfigError: unknown job, or the job's kind has no such tool.
     """
-    from . import definitions
-    from .registry import get_registry
 
     jobs = definitions.load_all([job_id])
     if not jobs:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from django.conf import settings
+from nexopoll import redisconf
 
 ENTRY_PREFIX = "job:"
 
 
-def ns(suffix: str) -> str:
-    """``<NEXOPOLL_REDIS_PREFIX>:<suffix>``: the name of a key nexopoll writes (the
-    prefix separates deployments sharing one Redis; default ``nexopoll``)."""
-    return f"{settings.NEXOPOLL_REDIS_PREFIX}:{suffix}"
+ns = redisconf.ns  # <NEXOPOLL_REDIS_PREFIX>:<suffix>, shared with the channels
 
 
-def key_prefix() -> str:
-    return settings.CELERY_REDBEAT_KEY_PREFIX
+key_prefix = redisconf.key_prefix
 
 
 def schedule_key() -> str:
@@ -39,10 +35,7 @@ def version_key() -> str:
     return key_prefix() + "nexopoll:version"
 
 
-def kind_version_key(kind: str) -> str:
-    """Bumped when a reload adds, changes or removes a job of ``kind``: a long-lived plugin
-    restarts when the version of one of its kinds moved, and only then."""
-    return key_prefix() + "nexopoll:kind-version:" + kind
+kind_version_key = redisconf.kind_version_key  # read by the plugins too
 
 
 def synced_key() -> str:

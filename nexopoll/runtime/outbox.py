@@ -15,6 +15,9 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError
 from django.db.models.functions import Now
 
+from nexopoll.channels import get_channel
+from nexopoll.core.errors import ConfigError
+
 from ..models import Delivery, DeliveryStatus
 from . import dbclock, delivery
 
@@ -77,8 +80,6 @@ def forget_sent(ids: list[str]) -> None:
     (its ``forget_sent(ids)``, if it has one: the stream channel drops its per-row
     marker), so the send goes out again instead of being swallowed as a repeat.
     Raises when a channel cannot forget (Redis down): the redeliver is refused."""
-    from nexopoll.channels import get_channel
-    from nexopoll.core.errors import ConfigError
 
     by_channel: dict[str, list[str]] = {}
     for row_id, name in Delivery.objects.filter(id__in=ids).values_list("id", "channel"):

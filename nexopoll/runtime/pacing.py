@@ -19,6 +19,7 @@ from typing import Any
 from django.db.models import Max
 
 from ..models import Delivery, DeliveryStatus
+from .registry import get_registry
 
 MAX_DELAY_MS = 60_000
 PACED = "item"
@@ -34,7 +35,6 @@ def delay_of(config: dict[str, Any], default: Any = None) -> timedelta | None:
 
 
 def _kind_default(kind: str) -> Any:
-    from .registry import get_registry
 
     try:
         return getattr(get_registry().get(kind), "dispatch_delay_ms_default", None)

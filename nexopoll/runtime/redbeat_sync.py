@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from django.db.models import Count, Max
 
 from nexopoll.core.schedule import next_slot, schedule_to_dict
 
-from ..models import PollJob
+from ..models import PollJob, PollState
 from . import keys
-from .beat import schedule_json
+from .beatentry import schedule_json
 from .definitions import JobDef, load_all
+from .redis import get_redis
 
 log = logging.getLogger("nexopoll.beat")
 
@@ -38,8 +41,6 @@ def installed_hash(definition_hash: str, paused: bool = False) -> str:
 
 def paused_ids(job_ids: Iterable[str] | None = None) -> set[str]:
     """The paused jobs (of ``job_ids``; of all jobs when None)."""
-    from ..models import PollState
-
     rows = PollState.objects.filter(paused=True)
     ids = None if job_ids is None else list(job_ids)
     if ids is None or len(ids) > 10 * CHUNK:  # most jobs, likely: one query for all
@@ -220,10 +221,6 @@ SYNC_CHUNK = 5000  # entries per pipeline when a reload writes them
 def pause_changed(job_ids: Iterable[str], *, now: datetime | None = None) -> None:
     """The paused flag of ``job_ids`` was written: disable (or re-enable, at the next
     slot after ``now``) their entries. A failure is logged; beat's resync repairs it."""
-    from datetime import UTC
-
-    from .redis import get_redis
-
     ids = sorted(set(job_ids))
     if not ids:
         return
@@ -250,11 +247,14 @@ def fingerprint(client: Any) -> tuple:
     Beat's periodic resync is skipped while it is unchanged, so a large
     installation does not reload every definition every period.
     """
-    from django.db.models import Count, Max
-
-    from ..models import PollState
-
     db = PollJob.objects.aggregate(n=Count("job_id"), last=Max("updated_at"))
     paused = PollState.objects.filter(paused=True).count()
     return (db["n"], db["last"], paused, client.hlen(keys.hashes_key()),
             client.zcard(keys.schedule_key()))  # fmt: skip
+
+
+def move_entry(client: Any, job_id: str, at: datetime, *, later_only: bool = False) -> None:
+    """Move the job's RedBeat slot to ``at`` (``later_only``: only if that is later); an
+    entry that is not there (parked, removed) stays away."""
+    client.zadd(keys.schedule_key(), {keys.entry_key(job_id): at.timestamp()}, xx=True,
+                gt=later_only)  # fmt: skip

@@ -13,8 +13,15 @@ from collections.abc import Iterable
 from importlib.metadata import entry_points
 from typing import Any
 
+from django.conf import settings
+
 from nexopoll.core.contract import Poller, check_kind
 from nexopoll.core.errors import ConfigError
+from nexopoll.plugins import manifest as mf
+from nexopoll.plugins.poller import Options, pollers_for
+from nexopoll.plugins.process import Limits
+
+from .redis import get_redis
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +97,6 @@ def build_registry(extra: Iterable[str] = (), plugins_dir: str | None = None) ->
 
 def register_plugins(reg: Registry, plugins_dir: str) -> None:
     """Register every kind of every manifest; any invalid manifest or duplicate kind raises."""
-    from nexopoll.plugins import manifest as mf
-    from nexopoll.plugins.poller import pollers_for
-
     manifests, bad = mf.load_manifests(plugins_dir)
     if bad:
         raise InvalidPluginError("invalid plugin manifest(s): " + "; ".join(map(str, bad)))
@@ -106,12 +110,7 @@ def register_plugins(reg: Registry, plugins_dir: str) -> None:
             reg.register(poller, m.source)
 
 
-def plugin_options():
-    from django.conf import settings
-
-    from nexopoll.plugins.poller import Options
-    from nexopoll.plugins.process import Limits
-
+def plugin_options() -> Options:
     allow = tuple(n.strip() for n in settings.NEXOPOLL_PLUGIN_ENV_ALLOW.split(",") if n.strip())
     return Options(
         limits=Limits(
@@ -125,9 +124,13 @@ def plugin_options():
 
 
 def _redis():
-    from .redis import get_redis
-
     return get_redis()
+
+def builtin_sources() -> dict[str, str]:
+    """The kinds registered without plugins (built-ins, entry points,
+    ``NEXOPOLL_EXTRA_POLLERS``) and where each comes from: what a plugin may not claim."""
+    extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
+    return build_registry(extra).sources()
 
 
 _registry: Registry | None = None
@@ -142,8 +145,6 @@ def get_registry() -> Registry:
         return _registry
     with _registry_lock:
         if _registry is None:
-            from django.conf import settings
-
             extra = [n.strip() for n in settings.NEXOPOLL_EXTRA_POLLERS.split(",") if n.strip()]
             _registry = build_registry(extra, settings.NEXOPOLL_PLUGINS_DIR)
         return _registry

@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 from nexopoll.core.errors import ErrorClass
 
 from ..models import Delivery
+from .redbeat_sync import pause_changed
 
 STATE_COLUMNS = (
     "epoch", "definition_hash", "cursor", "paused", "consecutive_errors", "breaker_open_until",
@@ -244,7 +245,6 @@ def write_state(changes: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
             for start in range(0, len(rows), _WRITE_ROWS):
                 cur.executemany(sql, rows[start : start + _WRITE_ROWS])
     if pausing:
-        from .redbeat_sync import pause_changed
 
         transaction.on_commit(lambda: pause_changed(pausing))
 

@@ -314,9 +314,10 @@ class Pipeline(RuleBasedStateMachine):
         """The job ticks in a batch behind a mate that hangs in its poller (past its
         deadline): the job's tick must end (commit, lease released, history) while the
         mate still hangs, not after it (RELIABILITY.md row 52)."""
-        from nexopoll.runtime.batch import run_batch
         from nexopoll.runtime.history import list_key
         from nexopoll.runtime.lease import running_key
+        from nexopoll.runtime.tick import batch as tick_batch
+        from nexopoll.tasks import requeue_tick
 
         r, job, mate = self.redis, self.job, f"{self.job}-mate"
         if r.exists(running_key(job)):  # an unfinished tick: the batch hands it back
@@ -335,7 +336,9 @@ class Pipeline(RuleBasedStateMachine):
 
         def batch() -> None:
             try:
-                result["r"] = run_batch([(mate, 30_000), (job, 30_000)], clock=lambda: self.now)
+                result["r"] = tick_batch.run_batch(
+                    [(mate, 30_000), (job, 30_000)], clock=lambda: self.now, requeue=requeue_tick
+                )
             finally:
                 from django.db import connection
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -14,8 +15,9 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import history, keys, lease
-from nexopoll.runtime.batch import run_batch
+from nexopoll.runtime.tick import batch as tick_batch
 from nexopoll.runtime.tick import tick_job
+from nexopoll.tasks import requeue_tick
 from tests.support.celeryqueue import messages
 from tests.support.procs import wait_for
 
@@ -23,6 +25,9 @@ from .conftest import scripted
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 TTL = 60_000
+
+# the batch as the tick_batch task runs it: spilled jobs and retries go to the queue
+run_batch = partial(tick_batch.run_batch, requeue=requeue_tick)
 
 
 @pytest.fixture(autouse=True)

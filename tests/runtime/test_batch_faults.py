@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import partial
 
 import pytest
 from celery.signals import before_task_publish
@@ -14,9 +15,11 @@ from django.db import connection
 from django.utils import timezone
 
 from nexopoll.models import Delivery, DeliveryStatus, PollState
-from nexopoll.runtime import delivery, history, lease, tickwrite
-from nexopoll.runtime.batch import run_batch
+from nexopoll.runtime import delivery, history, lease
+from nexopoll.runtime.tick import batch as tick_batch
 from nexopoll.runtime.tick import tick_job
+from nexopoll.runtime.tick import write as tickwrite
+from nexopoll.tasks import requeue_tick
 from tests.integration.faults import wait_clock
 from tests.support.celeryqueue import messages
 from tests.support.procs import wait_for
@@ -27,6 +30,9 @@ from .test_tick_promises import other_connection_sees
 # RELIABILITY.md row 52 in its own units: a 45 s stall, 30 s leases, mates delivered
 # within 15 s. NEXOPOLL_STALL_SCALE=1 runs it at full size (about 50 s of wall time).
 SCALE = float(os.environ.get("NEXOPOLL_STALL_SCALE") or 0.1)
+
+# the batch as the tick_batch task runs it: spilled jobs and retries go to the queue
+run_batch = partial(tick_batch.run_batch, requeue=requeue_tick)
 
 
 @pytest.fixture(autouse=True)

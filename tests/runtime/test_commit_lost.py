@@ -7,6 +7,7 @@ only: SQLite has no connection to lose."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -14,8 +15,9 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import history, lease
-from nexopoll.runtime.batch import run_batch
+from nexopoll.runtime.tick import batch as tick_batch
 from nexopoll.runtime.tick import tick_job
+from nexopoll.tasks import requeue_tick
 from tests.support.celeryqueue import messages
 from tests.support.pgcut import CommitCut
 
@@ -24,6 +26,9 @@ from .conftest import scripted
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="a lost COMMIT reply needs a DB server"
 )
+
+# the batch as the tick_batch task runs it: spilled jobs and retries go to the queue
+run_batch = partial(tick_batch.run_batch, requeue=requeue_tick)
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from django.utils import timezone
 from nexopoll.models import Delivery, PollState
 from nexopoll.net.http import _Budget
 from nexopoll.plugins.semaphore import Semaphore
-from nexopoll.runtime import batch, lease, politeness
+from nexopoll.runtime import lease, politeness
 from nexopoll.runtime import redis as rmod
-from nexopoll.runtime.tick import tick_job
+from nexopoll.runtime.tick import batch, tick_job
+from nexopoll.tasks import requeue_tick
 from tests.support.faultproxy import FaultProxy
 
 from .conftest import scripted
@@ -95,7 +96,7 @@ def test_a_batch_whose_acquire_reply_was_lost_runs_every_job_in_the_batch(cfg, l
     for job_id in ("a", "b"):
         redis_client.rpush(f"test:src:{job_id}", 1)
     lossy.cut_after_request(b"nexopoll:lease:")
-    reports = batch.run_batch([("a", None), ("b", None)], clock=timezone.now)
+    reports = batch.run_batch([("a", None), ("b", None)], requeue=requeue_tick, clock=timezone.now)
     assert lossy.cuts == 1
     assert sorted((r.job_id, r.status, r.takeover) for r in reports) == [
         ("a", "ok", False), ("b", "ok", False)

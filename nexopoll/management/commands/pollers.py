@@ -327,9 +327,10 @@ class Command(BaseCommand):
 
         from nexopoll.plugins.status import rows
         from nexopoll.runtime.redis import get_redis
+        from nexopoll.runtime.registry import builtin_sources
 
         plugins_dir = settings.NEXOPOLL_PLUGINS_DIR
-        found = rows(plugins_dir, get_redis())
+        found = rows(plugins_dir, builtin_sources(), get_redis())
         if opts["json"]:
             return self._json(found)
         if not found:
@@ -355,5 +356,6 @@ def _plugin_problems() -> list[str]:
     from django.conf import settings
 
     from nexopoll.plugins.status import problems
+    from nexopoll.runtime.registry import builtin_sources
 
-    return problems(settings.NEXOPOLL_PLUGINS_DIR)
+    return problems(settings.NEXOPOLL_PLUGINS_DIR, builtin_sources())

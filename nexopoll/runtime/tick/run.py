@@ -18,84 +18,49 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from nexopoll.core.breaker import Health, may_tick, start_tick
+from nexopoll.core.breaker import Health
 from nexopoll.core.contract import CancelToken, PollContext, TickAck
-from nexopoll.core.decide import Decision, JobPolicy, StartState, plan_failure, plan_success
+from nexopoll.core.decide import (
+    Decision,
+    JobPolicy,
+    RunState,
+    Skip,
+    StartState,
+    plan_failure,
+    plan_success,
+    should_run,
+)  # fmt: skip
 from nexopoll.core.errors import ConfigError, ErrorClass, TransientError, classify
 from nexopoll.core.redact import redact
 from nexopoll.core.schedule import next_slot
 from nexopoll.net.transport import host_gate
 
-from . import (
+from .. import (
     definitions,
-    history,
-    keys,
     lease,
     logredact,
     metricstore,
     politeness,
+    redbeat_sync,
     store,
-    tickfail,
-    tickwrite,
 )  # fmt: skip
-from .definitions import JobDef
-from .host import PendingDelivery, TickHost, run_after_commit
-from .redis import get_redis
-from .registry import get_registry
-from .secretenv import secret_env
-from .store import Fenced
+from ..definitions import JobDef
+from ..host import TickHost, run_after_commit
+from ..redis import get_redis
+from ..registry import get_registry
+from ..secretenv import secret_env
+from ..store import Fenced
+from . import failures, record
+from . import write as tickwrite
+from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 log = logging.getLogger("nexopoll.tick")
-
-
-@dataclass
-class TickReport:
-    job_id: str
-    status: str  # ok | transient | permanent | skipped | fenced
-    reason: str = ""
-    # metrics (runtime/metricstore.py): it took over a lease whose tick never finished;
-    # the poller's own metric_inc counts
-    takeover: bool = False
-    poller_metrics: dict = field(default_factory=dict)
-    epoch: int | None = None
-    items_seen: int = 0
-    items_dispatched: int = 0
-    deliveries: list[PendingDelivery] = field(default_factory=list)
-    delivery_ids: list[str] = field(default_factory=list)
-    next_cursor: bytes | None = None
-    retry_at: datetime | None = None  # when Celery should retry a transient failure
-    error: str = ""
-    committed: bool = False
-    after_commit: list = field(default_factory=list)  # the poller's post-commit side effects
-    latency_ms: int | None = None
-    start_cursor: bytes | None = None  # the cursor the tick started from (tick history, rewind)
-    db_error: bool = False  # a transient DB error: retry soon (the task's backoff)
-    next_slot_at: datetime | None = None
-    prev_latency_ms: int | None = None  # the job's last tick before this one
-
-
-@dataclass
-class _Tick:
-    """What one running tick knows: the job, the state it started from, its epoch."""
-
-    job: JobDef
-    row: dict[str, Any]
-    start: StartState
-    policy: JobPolicy
-    epoch: int
-    crash_count: int
-    now: datetime
-    held: lease.Lease | None
-    next_slot_at: datetime | None
-    expect: int  # the row's epoch the commit compares and swaps on
-    trial: datetime | None = None  # a half-open breaker trial starts now
 
 
 def tick_job(
@@ -119,66 +84,24 @@ def tick_job(
         held = lease.try_acquire(get_redis(), job_id, ttl)
         if held is None:
             metricstore.count_skipped(job_id)  # no history entry for this one: count it here
-            return _skipped(job_id, "lease busy")
+            return skipped(job_id, "lease busy")
     report: TickReport | None = None
     try:
         report = _run(job_id, now=now, manual=manual, dry_run=dry_run, force=force, held=held)
         if held is not None and report.reason == "paused":
-            _park(job_id)
+            park(job_id)
         return report
     except DatabaseError as exc:  # reading the state or taking the epoch: nothing written
-        report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
+        report = failures.db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     finally:
         if held is not None or (report is not None and not dry_run):
-            _release_and_record(job_id, held, report, now=now, manual=manual, dry_run=dry_run)
+            record.release_and_record(job_id, held, report, now=now, manual=manual, dry_run=dry_run)
 
 
 def default_lease_ttl_ms() -> int:
     """The lease TTL of a tick whose message names none (DESIGN: at least 30 s)."""
     return int(max(settings.NEXOPOLL_LEASE_MIN_SECS, 30) * 1000)
-
-
-def _release_and_record(
-    job_id: str, held, report: TickReport | None, *, now: datetime, manual: bool, dry_run: bool
-) -> None:
-    """Release the lease and append the tick to its history, in one Redis round trip."""
-    try:
-        if report is None or dry_run:
-            lease.release(get_redis(), held)
-            return
-        history.record_many(get_redis(), [history_entry(report, now, held, manual=manual)])
-    except Exception:  # the lease expires on its own; never mask the tick's result
-        log.warning("lease.release_failed job=%s", job_id, exc_info=True)
-
-
-def history_entry(report: TickReport, now: datetime, held, *, manual: bool = False):
-    """The tick's history entry, which also releases ``held`` and records its metrics."""
-    return history.Entry(
-        report.job_id, at=now, status=report.status, ms=report.latency_ms,
-        seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
-        epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
-        manual=manual, held=held, metrics=metricstore.tick_writer(report),
-        slow=_slow_mark(report),
-    )  # fmt: skip
-
-
-def _slow_mark(report: TickReport):
-    """Keep the job's place in the slow set (``keys.slow_key``) current, in the same round
-    trip: beat sends a slow job's ticks one by one, never in a batch."""
-    if report.latency_ms is None:
-        return None
-    limit = settings.NEXOPOLL_BATCH_SLOW_MS
-    if report.latency_ms > limit:
-        return lambda pipe: pipe.sadd(keys.slow_key(), report.job_id)
-    if (report.prev_latency_ms or 0) > limit:
-        return lambda pipe: pipe.srem(keys.slow_key(), report.job_id)
-    return None
-
-
-def _skipped(job_id: str, reason: str, epoch: int | None = None) -> TickReport:
-    log.debug("tick.skipped job=%s reason=%s", job_id, reason)
-    return TickReport(job_id, "skipped", reason=reason, epoch=epoch)
 
 
 def _run(
@@ -189,12 +112,12 @@ def _run(
     if isinstance(t, TickReport):
         return t
     if dry_run:
-        return _execute(t)[0]
+        return execute(t)[0]
     if (manual or t.trial) and not take_epoch(t, manual=manual):
-        return _skipped(job_id, "another tick took the epoch")
+        return skipped(job_id, "another tick took the epoch")
     report = TickReport(job_id, "fenced", epoch=t.epoch)
     try:
-        report = _finish(t, *_execute(t))
+        report = _finish(t, *execute(t))
     finally:
         ended(t, report, manual=manual)
     return report
@@ -203,17 +126,21 @@ def _run(
 def prepare(
     job_id: str, row: dict[str, Any] | None, *, now: datetime, held,
     manual: bool = False, dry_run: bool = False, force: bool = False,
-) -> _Tick | TickReport:  # fmt: skip
-    """What the tick starts from (``row``: its state row), or why it does not run."""
+) -> TickRun | TickReport:  # fmt: skip
+    """What the tick starts from (``row``: its state row), or why it does not run
+    (``core.decide.should_run`` decides; this reads what it decides from)."""
     job = definitions.get(job_id, row["definition_hash"]) if row else None
-    if row is None or job is None or not row["definition_hash"]:
-        return _skipped(job_id, "unknown job")
+    known = row is not None and job is not None and bool(row["definition_hash"])
+    if not known:
+        return skipped(job_id, should_run(RunState(known=False), now=now, policy=None).reason)
+    assert row is not None and job is not None
     logredact.register(job.secret_values(secret_env()))
     policy = JobPolicy(
         breaker=job.breaker_policy(now),
         alert_cooldown=timedelta(seconds=job.alert_cooldown_secs),
         has_failure_to=bool(job.failure_to),
         max_hint=timedelta(seconds=settings.NEXOPOLL_MAX_INTERVAL_HINT_SECS),
+        max_crashes=settings.NEXOPOLL_MAX_CRASHES,
     )
     health = Health(
         consecutive_errors=row["consecutive_errors"],
@@ -221,22 +148,26 @@ def prepare(
         trips=row["breaker_trips"],
         trial_started_at=row["breaker_trial_at"],
     )
-    if row["paused"] and not dry_run and not (manual and force):
-        return _skipped(job_id, "paused")
-    if not manual and not may_tick(health, now=now, policy=policy.breaker):
-        return _skipped(job_id, "breaker open")
-    start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
-    trial = start_tick(health, now=now).trial_started_at
+    crash_count = lease.crashes(row, held)
+    state = RunState(known=True, health=health, paused=row["paused"], crash_count=crash_count,
+                     manual=manual, force=force, dry_run=dry_run)  # fmt: skip
+    go = should_run(state, now=now, policy=policy)
+    if isinstance(go, Skip):
+        return skipped(job_id, go.reason)
     # the tick's epoch: past the version read, and past every tick that took the lease
     # since the last one ended (ticks racing from the same read label their rows apart)
     read = row["epoch"]
-    epoch = read + (held.started if held is not None else 1)
-    return _Tick(job, row, start, policy, epoch, lease.crashes(row, held), now, held,
-                 next_slot(job.schedule, after=now, offset=job.offset), read,
-                 trial if trial != health.trial_started_at else None)  # fmt: skip
+    start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
+    return TickRun(
+        job=job, row=row, start=start,
+        policy=policy, epoch=read + (held.started if held is not None else 1),
+        crash_count=crash_count, now=now, held=held,
+        next_slot_at=next_slot(job.schedule, after=now, offset=job.offset), expect=read,
+        trial=go.trial, capped=go.capped,
+    )  # fmt: skip
 
 
-def take_epoch(t: _Tick, *, manual: bool) -> bool:
+def take_epoch(t: TickRun, *, manual: bool) -> bool:
     """A manual run, or a half-open trial whose marker every worker must see while it
     runs: take the epoch before polling (the old two-write protocol, for these alone)."""
     started = {"last_started_at": t.now, "crash_count": t.crash_count,
@@ -249,24 +180,24 @@ def take_epoch(t: _Tick, *, manual: bool) -> bool:
     return True
 
 
-def ended(t: _Tick, report: TickReport, *, manual: bool = False) -> None:
+def ended(t: TickRun, report: TickReport, *, manual: bool = False) -> None:
     """After the tick, committed or not: a scheduled tick that did not commit is no
     longer running; the report learns where the tick started."""
     if not report.committed and not manual:
-        tickfail.clear_running(t)
+        failures.clear_running(t)
     report.start_cursor = t.row["cursor"]
     report.prev_latency_ms = t.row.get("last_latency_ms")
     report.takeover = t.crash_count > 0  # took over from a tick that never ended
 
 
-def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
+def execute(t: TickRun) -> tuple[TickReport, Decision, TickAck | None, int]:
     """Call the poller (unless the crash cap says not to) and decide what its result means."""
     job, now = t.job, t.now
     host = TickHost(job.job_id, job.agent, job.agent_bindings, secret_env())
     started = time.monotonic()
     ack: TickAck | None = None
     exc: BaseException | None = None
-    if t.crash_count >= settings.NEXOPOLL_MAX_CRASHES:
+    if t.capped:  # core.decide.should_run: the crash cap is reached
         exc = TransientError(f"the worker died during {t.crash_count} consecutive ticks")
     else:
         try:
@@ -286,7 +217,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
         report.after_commit = list(host.post_commit)
     else:
         secrets = job.secret_values(secret_env())
-        message = redact(_describe(exc, job.job_id), secrets)
+        message = redact(describe(exc, job.job_id), secrets)
         if (
             not isinstance(exc, TransientError | ConfigError)
             and classify(exc) is ErrorClass.TRANSIENT
@@ -303,7 +234,7 @@ def _execute(t: _Tick) -> tuple[TickReport, Decision, TickAck | None, int]:
 
 
 def _finish(
-    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
+    t: TickRun, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int
 ) -> TickReport:
     """Commit the tick (fenced on its epoch), then hand off deliveries and schedule hints."""
     write = stage(t, report, decision, ack, latency_ms)
@@ -313,7 +244,7 @@ def _finish(
 
 
 def commit_staged(
-    t: _Tick, write: store.TickWrite, report: TickReport, decision: Decision,
+    t: TickRun, write: store.TickWrite, report: TickReport, decision: Decision,
     hooks: list | None = None,
 ) -> TickReport:  # fmt: skip
     """Commit one staged tick on its own (fenced on its epoch); the report it ends with
@@ -323,19 +254,19 @@ def commit_staged(
     except Fenced:
         return fenced(t)
     except Exception as exc:  # rolled back whole (no cursor, no outbox row), or a lost reply
-        if not tickfail.landed(exc, [write]):
-            return tickfail.commit_failed(t, exc, report.latency_ms or 0)
+        if not failures.landed(exc, [write]):
+            return failures.commit_failed(t, exc, report.latency_ms or 0)
     committed(t, report, decision, hooks=hooks)
     return report
 
 
 def stage(
-    t: _Tick, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int,
+    t: TickRun, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int,
     *, check_lease: bool = True,
 ) -> store.TickWrite | TickReport:  # fmt: skip
     """The tick's fenced write (state fields, counters, outbox rows), or the report of a
     tick that must not commit (its lease was lost). ``check_lease=False``: the caller
-    checks the lease right before its commit (a batch: ``tickfail.leases_kept``)."""
+    checks the lease right before its commit (a batch: ``failures.leases_kept``)."""
     fields = tickwrite.state_fields(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=ack
     )
@@ -343,21 +274,20 @@ def stage(
     for name in ("last_error", "paused_reason", "notice"):  # operators see it: no secret
         if fields.get(name):
             fields[name] = redact(fields[name], secrets)
-    capped = t.crash_count >= settings.NEXOPOLL_MAX_CRASHES
-    fields["crash_count"] = 0 if report.status == "ok" or capped else t.crash_count
+    fields["crash_count"] = 0 if report.status == "ok" or t.capped else t.crash_count
     fields["last_started_at"] = t.now
-    if check_lease and t.held is not None and not tickfail.leases_kept([t.held]):
-        return tickfail.lease_lost(t)
+    if check_lease and t.held is not None and not failures.leases_kept([t.held]):
+        return failures.lease_lost(t)
     return tickwrite.build_write(t, fields, report)
 
 
-def fenced(t: _Tick) -> TickReport:
+def fenced(t: TickRun) -> TickReport:
     log.warning("tick.fenced job=%s epoch=%s: a newer tick owns the job", t.job.job_id, t.epoch)
     return TickReport(t.job.job_id, "fenced", reason="epoch moved on", epoch=t.epoch)
 
 
 def committed(
-    t: _Tick, report: TickReport, decision: Decision, *, enqueue: bool = True,
+    t: TickRun, report: TickReport, decision: Decision, *, enqueue: bool = True,
     hooks: list | None = None,
 ) -> None:  # fmt: skip
     """After the commit: deliveries handed to the queue (``enqueue``; a batch hands its
@@ -374,9 +304,7 @@ def committed(
     elif report.after_commit:
         hooks.append((job_id, report.after_commit))
     if decision.pause_reason:  # beat sends a paused job nothing (redbeat_sync)
-        from .redbeat_sync import pause_changed
-
-        transaction.on_commit(lambda: pause_changed([job_id], now=t.now))
+        transaction.on_commit(lambda: redbeat_sync.pause_changed([job_id], now=t.now))
     elif decision.not_before is not None:
         _move_entry(job_id, decision.not_before, later_only=True)
     if t.job.one_shot and report.status == "transient" and report.retry_at is None:
@@ -419,42 +347,21 @@ def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) ->
     return ack
 
 
-def _describe(exc: BaseException, job_id: str | None = None) -> str:
-    text = (str(exc) or type(exc).__name__)[:2000]
-    if job_id and getattr(exc, "private_opt_in", False):  # a loopback/private address
-        text += f"; to poll it, set `allow_private_networks: true` in jobs[{job_id}].config"
-    return text
-
-
 def _tb(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-4000:]
 
 
-def enqueue_deliveries(ids: list[str]) -> None:
-    """Hand committed outbox rows to the delivery task, marked as queued so the sweeper
-    leaves them alone; the sweeper covers a failure here (rows left unmarked)."""
-    from .outbox import enqueue
-
-    enqueue(ids)
-
-
-def _park(job_id: str) -> None:
+def park(job_id: str) -> None:
     """Beat sent a tick of a paused job: take its entry out of the schedule (no more)."""
-    from .redbeat_sync import park
-
     try:
-        park(get_redis(), job_id)
+        redbeat_sync.park(get_redis(), job_id)
     except Exception:
         log.warning("tick.entry_not_parked job=%s", job_id, exc_info=True)
 
 
 def _move_entry(job_id: str, at: datetime, *, later_only: bool = False) -> None:
     """Move the job's RedBeat slot to ``at`` (``later_only``: only if that is later)."""
-    from .keys import entry_key, schedule_key
-
     try:
-        get_redis().zadd(
-            schedule_key(), {entry_key(job_id): at.timestamp()}, xx=True, gt=later_only
-        )
+        redbeat_sync.move_entry(get_redis(), job_id, at, later_only=later_only)
     except Exception:
         log.warning("tick.entry_not_moved job=%s", job_id, exc_info=True)

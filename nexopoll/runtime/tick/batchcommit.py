@@ -16,7 +16,7 @@ run on the poll threads, so a slow one (gmail's mark-read) delays no delivery.
 A commit whose reply was lost (the connection died after COMMIT was sent) is read
 back: a tick whose write is in the DB is committed, not "fenced". Any exception at
 commit rolls the wave back; each tick then commits alone and a tick whose own write
-fails records the failure (``tickfail.commit_failed``). Leases and crash markers are
+fails records the failure (``failures.commit_failed``). Leases and crash markers are
 released whatever happens.
 """
 
@@ -34,9 +34,12 @@ from django.db import connections
 from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
 
-from . import lease, logredact, metricstore, store, tick, tickfail
-from .history import record_many
-from .host import run_after_commit
+from .. import lease, logredact, metricstore, store
+from ..history import record_many
+from ..host import run_after_commit
+from ..secretenv import secret_env
+from . import failures, record, run
+from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,8 +51,8 @@ log = logging.getLogger("nexopoll.tick")
 class Ran:
     """A tick that ran and waits for its wave's commit."""
 
-    t: tick._Tick
-    report: tick.TickReport
+    t: TickRun
+    report: TickReport
     decision: Decision
     write: store.TickWrite
 
@@ -58,7 +61,7 @@ class Ran:
 class _Done:
     job_id: str
     at: datetime  # when its tick started: its history entry's time
-    result: Ran | tick.TickReport
+    result: Ran | TickReport
 
 
 class Waves:
@@ -66,7 +69,7 @@ class Waves:
 
     def __init__(
         self, client, held: dict[str, lease.Lease], busy: list[str],
-        retry: Callable[[list[tick.TickReport]], None],
+        retry: Callable[[list[TickReport]], None],
         pool: Callable[[], object],
     ) -> None:  # fmt: skip
         self._client, self._held, self._retry, self._pool = client, held, retry, pool
@@ -74,10 +77,10 @@ class Waves:
         self._cond = threading.Condition()
         self._pending: list[_Done] = []
         self._streaming = self._committing = False
-        self._reports = {job_id: tick._skipped(job_id, "lease busy") for job_id in busy}
+        self._reports = {job_id: skipped(job_id, "lease busy") for job_id in busy}
         self._hooks: list[Future] = []
 
-    def add(self, job_id: str, at: datetime, result: Ran | tick.TickReport) -> None:
+    def add(self, job_id: str, at: datetime, result: Ran | TickReport) -> None:
         """A tick finished: it commits with the next wave (at once once streaming)."""
         with self._cond:
             self._pending.append(_Done(job_id, at, result))
@@ -95,7 +98,7 @@ class Waves:
             self._committing = True
         self._drain()
 
-    def close(self) -> list[tick.TickReport]:
+    def close(self) -> list[TickReport]:
         """Commit what is left (every tick has finished), release any lease still held,
         wait for the after-commit hooks; every report of the batch."""
         with self._cond:
@@ -104,7 +107,7 @@ class Waves:
                 self._cond.wait()
             self._committing = True
             for job_id in set(self._held) - self._reported():  # no tick reported it
-                report = tick.TickReport(job_id, "transient", reason="internal error")
+                report = TickReport(job_id, "transient", reason="internal error")
                 self._pending.append(_Done(job_id, datetime.now(UTC), report))
         self._drain()
         if self._busy:  # no tick ran here: the skipped ones are counted all the same
@@ -139,8 +142,8 @@ class Waves:
             log.exception("tick.batch_commit_crashed ticks=%s", len(ran))
             for r in ran:  # what did not report yet: not committed, as far as we know
                 if r.t.job.job_id not in out:
-                    report = tick.TickReport(r.t.job.job_id, "transient", reason="internal error")
-                    tick.ended(r.t, report)
+                    report = TickReport(r.t.job.job_id, "transient", reason="internal error")
+                    run.ended(r.t, report)
                     out[r.t.job.job_id] = report
         finally:
             self._release(wave, out)
@@ -149,13 +152,13 @@ class Waves:
             self._hooks.append(self._pool().submit(_run_hooks, job_id, callbacks))
         self._retry(list(out.values()))
 
-    def _release(self, wave: list[_Done], out: dict[str, tick.TickReport]) -> None:
+    def _release(self, wave: list[_Done], out: dict[str, TickReport]) -> None:
         """Release the wave's leases, append its history entries and count its metrics,
         in one round trip."""
         busy, self._busy = self._busy, []
         try:
             entries = [
-                tick.history_entry(out[d.job_id], d.at, self._held[d.job_id])
+                record.history_entry(out[d.job_id], d.at, self._held[d.job_id])
                 for d in wave
                 if d.job_id in self._held and d.job_id in out
             ]
@@ -173,46 +176,46 @@ def _run_hooks(job_id: str, callbacks: list) -> None:
         connections.close_all()  # a poll thread's connection, if a hook used one
 
 
-def commit(ran: list[Ran], hooks: list) -> dict[str, tick.TickReport]:
+def commit(ran: list[Ran], hooks: list) -> dict[str, TickReport]:
     """One wave: the ticks whose leases hold commit in one transaction; on any error,
     each tick alone (a tick whose commit landed, its reply lost, counts as committed)."""
-    out: dict[str, tick.TickReport] = {}
+    out: dict[str, TickReport] = {}
     if not ran:
         return out
-    kept = tickfail.leases_kept([r.t.held for r in ran if r.t.held is not None])
+    kept = failures.leases_kept([r.t.held for r in ran if r.t.held is not None])
     for r in ran:
         if r.t.held is not None and r.t.job.job_id not in kept:
-            out[r.t.job.job_id] = _ended(r, tickfail.lease_lost(r.t))
+            out[r.t.job.job_id] = _ended(r, failures.lease_lost(r.t))
     ran = [r for r in ran if r.t.job.job_id not in out]
     try:
         fenced = store.commit_ticks([r.write for r in ran]) if ran else set()
     except Exception as exc:
         store.drop_if_unusable()
-        landed = tickfail.landed(exc, [r.write for r in ran])
+        landed = failures.landed(exc, [r.write for r in ran])
         log.warning("tick.batch_commit_failed ticks=%s (%s): committing each alone",
                     len(ran), type(exc).__name__)  # fmt: skip
         for r in ran:
             job_id = r.t.job.job_id
             if job_id in landed:
-                tick.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
+                run.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
                 out[job_id] = _ended(r, r.report)
             else:
-                out[job_id] = _ended(r, tick.commit_staged(r.t, r.write, r.report, r.decision,
+                out[job_id] = _ended(r, run.commit_staged(r.t, r.write, r.report, r.decision,
                                                            hooks))  # fmt: skip
         _enqueue([r for r in ran if r.t.job.job_id in landed])
         return out
     for r in ran:
         if r.t.job.job_id in fenced:
-            out[r.t.job.job_id] = _ended(r, tick.fenced(r.t))
+            out[r.t.job.job_id] = _ended(r, run.fenced(r.t))
         else:
-            tick.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
+            run.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
             out[r.t.job.job_id] = _ended(r, r.report)
     _enqueue([r for r in ran if r.report.committed])
     return out
 
 
-def _ended(r: Ran, report: tick.TickReport) -> tick.TickReport:
-    tick.ended(r.t, report)
+def _ended(r: Ran, report: TickReport) -> TickReport:
+    run.ended(r.t, report)
     return report
 
 
@@ -220,13 +223,11 @@ def _enqueue(ran: list[Ran]) -> None:
     """Hand the committed rows of a wave to the queue, in one call."""
     ids = [i for r in ran for i in r.report.delivery_ids]
     if ids:
-        tick.enqueue_deliveries(ids)
+        enqueue_deliveries(ids)
 
 
-def internal_error(job_id: str, exc: BaseException, t: tick._Tick | None) -> tick.TickReport:
+def internal_error(job_id: str, exc: BaseException, t: TickRun | None) -> TickReport:
     """A bug in one tick (outside its poller): transient, its text redacted like any."""
-    from .secretenv import secret_env
-
     secrets = t.job.secret_values(secret_env()) if t is not None else logredact.known()
-    error = redact(tick._describe(exc), secrets)
-    return tick.TickReport(job_id, "transient", reason="internal error", error=error)
+    error = redact(describe(exc), secrets)
+    return TickReport(job_id, "transient", reason="internal error", error=error)

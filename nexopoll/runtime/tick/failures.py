@@ -16,10 +16,12 @@ from nexopoll.core.decide import plan_failure
 from nexopoll.core.errors import ErrorClass, classify
 from nexopoll.core.redact import redact
 
-from . import lease, store, tick, tickwrite
-from .redis import get_redis
-from .secretenv import secret_env
-from .store import Fenced
+from .. import lease, store
+from ..redis import get_redis
+from ..secretenv import secret_env
+from ..store import Fenced
+from . import write
+from .report import TickReport, TickRun, describe, enqueue_deliveries
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -44,12 +46,12 @@ def holds(held: lease.Lease) -> bool:
 
 def db_unavailable(
     job_id: str, exc: DatabaseError, *, now: datetime, where: str
-) -> tick.TickReport:
+) -> TickReport:
     """A transient DB error before or at commit: nothing committed; the task retries soon."""
     store.drop_if_unusable()
     message = f"database unavailable {where}: {store.describe_db_error(exc)}"
     log.warning("tick.db_error job=%s class=%s %s", job_id, type(exc).__name__, message)
-    return tick.TickReport(job_id, "transient", reason="database unavailable", error=message,
+    return TickReport(job_id, "transient", reason="database unavailable", error=message,
                       db_error=True)  # fmt: skip
 
 
@@ -69,9 +71,9 @@ def leases_kept(leases: list[lease.Lease]) -> set[str]:
     return kept
 
 
-def lease_lost(t: tick._Tick) -> tick.TickReport:
+def lease_lost(t: TickRun) -> TickReport:
     log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
-    return tick.TickReport(t.job.job_id, "fenced", reason="lease lost before commit",
+    return TickReport(t.job.job_id, "fenced", reason="lease lost before commit",
                            epoch=t.epoch)  # fmt: skip
 
 
@@ -92,7 +94,7 @@ def landed(exc: BaseException, writes: list[store.TickWrite]) -> set[str]:
     return found
 
 
-def commit_failed(t: tick._Tick, exc: BaseException, latency_ms: int) -> tick.TickReport:
+def commit_failed(t: TickRun, exc: BaseException, latency_ms: int) -> TickReport:
     """The commit raised: the transaction rolled back whole (state, cursor, outbox rows).
 
     A transient DB error (connection lost, lock or statement timeout) is recorded on the
@@ -120,10 +122,10 @@ def commit_failed(t: tick._Tick, exc: BaseException, latency_ms: int) -> tick.Ti
     return _record_failure(t, decision, "commit refused", message, latency_ms)
 
 
-def _commit_raised(t: tick._Tick, exc: BaseException, latency_ms: int, secrets) -> tick.TickReport:
+def _commit_raised(t: TickRun, exc: BaseException, latency_ms: int, secrets) -> TickReport:
     """A commit that raised something other than a DB error: nothing was written."""
     store.drop_if_unusable()
-    text = f"the tick's commit failed: {type(exc).__name__}: {tick._describe(exc)}"
+    text = f"the tick's commit failed: {type(exc).__name__}: {describe(exc)}"
     # what made the commit fail may be in the text (a character the driver cannot encode)
     message = redact(text, secrets).encode("utf-8", "backslashreplace").decode("utf-8")
     log.error("tick.commit_failed job=%s epoch=%s %s", t.job.job_id, t.epoch, message)
@@ -136,33 +138,33 @@ def _commit_raised(t: tick._Tick, exc: BaseException, latency_ms: int, secrets) 
 
 
 def _record_failure(
-    t: tick._Tick, decision, reason: str, message: str, latency_ms: int
-) -> tick.TickReport:
+    t: TickRun, decision, reason: str, message: str, latency_ms: int
+) -> TickReport:
     """Commit ``decision`` (a failed tick's state, its alert) in place of the tick's own
     write, without the cursor or the items' outbox rows."""
     job_id = t.job.job_id
-    fields = tickwrite.state_fields(
+    fields = write.state_fields(
         decision, now=t.now, latency_ms=latency_ms, nxt=t.next_slot_at, ack=None
     )
     fields["crash_count"] = 0
-    report = tick.TickReport(
+    report = TickReport(
         job_id, decision.status, reason=reason, epoch=t.epoch, error=message,
         latency_ms=latency_ms,
     )  # fmt: skip
-    report.deliveries = tickwrite.notices(t.job, decision, t.now)
+    report.deliveries = write.notices(t.job, decision, t.now)
     try:
-        tickwrite.commit_fields(t, fields, report)
+        write.commit_fields(t, fields, report)
     except Fenced:
         return report
     except Exception:  # the alert row itself may be what the DB refuses: state alone
         store.drop_if_unusable()
         report.deliveries = []
-        if not best_effort(lambda: tickwrite.commit_fields(t, fields, report)):
+        if not best_effort(lambda: write.commit_fields(t, fields, report)):
             return report
     report.committed = True
     if report.delivery_ids:
         ids = report.delivery_ids
-        transaction.on_commit(lambda: tick.enqueue_deliveries(ids))
+        transaction.on_commit(lambda: enqueue_deliveries(ids))
     return report
 
 
@@ -177,7 +179,7 @@ def best_effort(write) -> bool:
     return True
 
 
-def clear_running(t: tick._Tick) -> None:
+def clear_running(t: TickRun) -> None:
     """A tick that ends without committing (fenced, lease lost, an error) is no crash.
 
     Only a tick that took the epoch before polling (``tick.take_epoch``: its epoch is

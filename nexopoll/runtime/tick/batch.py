@@ -6,7 +6,7 @@ A batch does what each of its ticks would do alone, with fewer round trips:
 
 1. the leases of every job, in one pipelined Redis round trip;
 2. their state rows, in one query;
-3. each job's tick in turn, exactly as ``tick.py`` runs it (epoch, breaker, crash
+3. each job's tick in turn, exactly as ``run.py`` runs it (epoch, breaker, crash
    cap, a deadline counted from when its lease was taken, the pure decision);
 4. one transaction for the ticks' fenced writes (each UPDATE still compares and swaps
    on the version its tick read, so a fenced tick writes nothing and the others
@@ -27,7 +27,7 @@ has run for ``NEXOPOLL_BATCH_SLOW_MS``, or the batch for
 ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started yet poll side by side on the
 process's poll threads (``NEXOPOLL_BATCH_THREADS``), as do the jobs whose last tick
 was that slow. Beat keeps such jobs out of batches anyway (the slow set, see
-``tick._slow_mark``); this covers the ticks before it knows.
+``record.slow_mark``); this covers the ticks before it knows.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from . import batchcommit, lease, store, tick, tickfail
-from .redis import get_redis
+from .. import lease, store
+from ..redis import get_redis
+from . import batchcommit, failures, run
+from .report import TickReport, TickRun, skipped
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -113,29 +115,36 @@ def _pool() -> ThreadPoolExecutor:
         return _executor[1]
 
 
-def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], datetime]) -> list:
+# queue one ``nexopoll.tick`` for a job (a spilled job, or a per-job retry):
+# ``requeue(job_id, lease_ttl_ms, **apply_async_options)``; the task layer passes it in
+Requeue = Callable[..., None]
+
+
+def run_batch(
+    items: list[tuple[str, int | None]], *, clock: Callable[[], datetime], requeue: Requeue
+) -> list:
     """Tick every ``(job_id, lease_ttl_ms)`` of a batch; return one report per job that ran
     here (jobs handed back went to the queue as single ticks and have none)."""
     client = get_redis()
-    items = [(job_id, ttl or tick.default_lease_ttl_ms()) for job_id, ttl in items]
+    items = [(job_id, ttl or run.default_lease_ttl_ms()) for job_id, ttl in items]
     ttls = dict(items)
     held = lease.try_acquire_many(client, items)
     busy = [job_id for job_id, _ in items if job_id not in held]
-    waves = batchcommit.Waves(client, held, busy, lambda done: _retry(done, ttls), _pool)
+    waves = batchcommit.Waves(client, held, busy, lambda done: _retry(done, ttls, requeue), _pool)
     try:
         rows: dict | None = store.load_states(list(held))
     except DatabaseError as exc:
         now = clock()
         for job_id in held:
-            waves.add(job_id, now, tickfail.db_unavailable(job_id, exc, now=now,
+            waves.add(job_id, now, failures.db_unavailable(job_id, exc, now=now,
                                                            where="before the tick"))  # fmt: skip
         rows = None
     rows, loaded = rows or {}, rows is not None
     # a job with a tick that never ended (a crash?) runs alone: see the module docstring
     alone = [job_id for job_id, got in held.items() if job_id in rows and got.unfinished]
-    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls)
+    _hand_back(client, [held.pop(job_id) for job_id in alone], ttls, requeue)
 
-    def run(job_id: str, *, inline: bool = False) -> None:
+    def run_one(job_id: str, *, inline: bool = False) -> None:
         now = clock()
         try:
             # its commit waits for the batch's wave, or happens at once once it streams
@@ -148,43 +157,43 @@ def run_batch(items: list[tuple[str, int | None]], *, clock: Callable[[], dateti
     order = [job_id for job_id, _ in items if job_id in held and loaded]
     slow = settings.NEXOPOLL_BATCH_SLOW_MS
     waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
-    work = _Work([j for j in order if j not in set(waits)], run, waves.stream)
+    work = _Work([j for j in order if j not in set(waits)], run_one, waves.stream)
     work.side_by_side(waits)
     watchdog = threading.Thread(target=work.watch, daemon=True)
     watchdog.start()
     try:
         while (job_id := work.next()) is not None:
-            run(job_id, inline=True)
+            run_one(job_id, inline=True)
         waves.stream()  # what ran commits now; a tick still polling, as it finishes
     finally:
         work.done.set()
         watchdog.join()
         for future in work.futures:
-            future.exception()  # wait; run() keeps every tick's failure to that tick
+            future.exception()  # wait; run_one() keeps every tick's failure to that tick
         reports = waves.close()
     return reports
 
 
 def _tick_one(
     job_id: str, row, now: datetime, held: lease.Lease
-) -> batchcommit.Ran | tick.TickReport:
+) -> batchcommit.Ran | TickReport:
     """Run one job's tick up to its commit; a failure of this job stays this job's."""
-    t: tick._Tick | None = None
-    report = tick.TickReport(job_id, "fenced")
+    t: TickRun | None = None
+    report = TickReport(job_id, "fenced")
     try:
-        if held.age_ms() > held.ttl_ms / 2 and not tickfail.leases_kept([held]):
-            return tick.TickReport(job_id, "fenced", reason="lease lost before the tick")
-        prepared = tick.prepare(job_id, row, now=now, held=held)
-        if isinstance(prepared, tick.TickReport):
+        if held.age_ms() > held.ttl_ms / 2 and not failures.leases_kept([held]):
+            return TickReport(job_id, "fenced", reason="lease lost before the tick")
+        prepared = run.prepare(job_id, row, now=now, held=held)
+        if isinstance(prepared, TickReport):
             if prepared.reason == "paused":
-                tick._park(job_id)
+                run.park(job_id)
             return prepared
         t = prepared
         report.epoch = t.epoch
-        if t.trial and not tick.take_epoch(t, manual=False):
-            return tick._skipped(job_id, "another tick took the epoch")
-        report, decision, ack, latency_ms = tick._execute(t)
-        write = tick.stage(t, report, decision, ack, latency_ms, check_lease=False)
+        if t.trial and not run.take_epoch(t, manual=False):
+            return skipped(job_id, "another tick took the epoch")
+        report, decision, ack, latency_ms = run.execute(t)
+        write = run.stage(t, report, decision, ack, latency_ms, check_lease=False)
         if not isinstance(write, store.TickWrite):
             report = write
             return report
@@ -192,7 +201,7 @@ def _tick_one(
         t = None  # its end comes after its wave's commit
         return ran
     except DatabaseError as exc:
-        report = tickfail.db_unavailable(job_id, exc, now=now, where="before the tick")
+        report = failures.db_unavailable(job_id, exc, now=now, where="before the tick")
         return report
     except Exception as exc:  # a bug in one tick must not stop the batch
         log.exception("tick.failed job=%s", job_id)
@@ -200,10 +209,12 @@ def _tick_one(
         return report
     finally:
         if t is not None:
-            tick.ended(t, report)
+            run.ended(t, report)
 
 
-def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
+def _hand_back(
+    client, leases: list[lease.Lease], ttls: dict[str, int], requeue: Requeue
+) -> None:
     """Give back leases of jobs this batch will not run, and queue those jobs as single
     ticks (their crash markers keep the count they had before the batch took them)."""
     if not leases:
@@ -213,26 +224,16 @@ def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int]) -> None:
     except Exception:  # they expire on their own; the single ticks then find them free
         log.warning("lease.hand_back_failed jobs=%s", len(leases), exc_info=True)
     for got in leases:
-        send_single(got.job_id, ttls[got.job_id])
+        requeue(got.job_id, ttls[got.job_id])
 
 
-def send_single(job_id: str, lease_ttl_ms: int, **options) -> None:
-    """Queue one ``nexopoll.tick`` for ``job_id`` (a spilled job, or a per-job retry)."""
-    from nexopoll.tasks import tick as tick_task
-
-    try:
-        tick_task.apply_async((job_id,), {"lease_ttl_ms": lease_ttl_ms}, **options)
-    except Exception:  # the next slot ticks it
-        log.warning("tick.requeue_failed job=%s", job_id, exc_info=True)
-
-
-def _retry(reports, ttls: dict[str, int]) -> None:
+def _retry(reports, ttls: dict[str, int], requeue: Requeue) -> None:
     """Each failed tick retries alone, as the single task would retry it."""
     for report in reports:
         ttl = ttls[report.job_id]
         if report.db_error:  # nothing committed: soon, while that lands before the next slot
             at = datetime.now(UTC) + timedelta(seconds=0.5)
             if report.next_slot_at is None or at < report.next_slot_at:
-                send_single(report.job_id, ttl, countdown=0.5, retries=1)
+                requeue(report.job_id, ttl, countdown=0.5, retries=1)
         elif report.retry_at is not None and report.committed:
-            send_single(report.job_id, ttl, eta=report.retry_at, retries=1)
+            requeue(report.job_id, ttl, eta=report.retry_at, retries=1)

@@ -4,20 +4,18 @@ and the one fenced write that stores them (``store.TickWrite``)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
 from nexopoll.core.storable import storable, storable_text
 
-from ..models import Delivery
-from . import dbclock, pacing, store
-from .host import PendingDelivery
-from .secretenv import secret_env
-
-if TYPE_CHECKING:
-    from .definitions import JobDef
-    from .tick import TickReport, _Tick
+from ...models import Delivery
+from .. import dbclock, pacing, store
+from ..definitions import JobDef
+from ..host import PendingDelivery
+from ..secretenv import secret_env
+from .report import TickReport, TickRun
 
 
 def notices(job: JobDef, decision: Decision, now: datetime) -> list[PendingDelivery]:
@@ -66,7 +64,7 @@ def state_fields(decision: Decision, *, now, latency_ms, nxt, ack) -> dict[str, 
     return fields
 
 
-def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
+def build_write(t: TickRun, fields: dict[str, Any], report: TickReport) -> store.TickWrite:
     stamp = dbclock.to_db(t.now)  # due times in the clock every worker reads them by
     due = pacing.due_times(t.job, report.deliveries, now=stamp)
     rows = [
@@ -95,7 +93,7 @@ def build_write(t: _Tick, fields: dict[str, Any], report: TickReport) -> store.T
     return store.TickWrite(t.job.job_id, t.epoch, changed, increments, rows, t.expect)
 
 
-def commit_fields(t: _Tick, fields: dict[str, Any], report: TickReport) -> None:
+def commit_fields(t: TickRun, fields: dict[str, Any], report: TickReport) -> None:
     commit(build_write(t, fields, report))
 
 

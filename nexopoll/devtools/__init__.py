@@ -1,0 +1,1 @@
+"""Developer checks run by ``make lint`` (never imported by the product)."""
