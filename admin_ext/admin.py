@@ -253,6 +253,8 @@ class JobAdmin(RuntimeOwnedAdmin):
             "cursor_text": cursor,
             "history": entries,
             "strip": display.tick_strip(entries),
+            "host_wait": display.host_wait_note(operations.host_wait(job.job_id),
+                                                display.job_zone(job.schedule)),
             "deliveries": _newest_deliveries(job.job_id),
             "preview": operations.preview_job(job.job_id, now=now, count=10),
             "runs": operations.run_now_results(job.job_id),

@@ -136,3 +136,16 @@ def tick_strip(entries: list) -> SafeString:
         ),
     )
     return format_html('<div class="np-strip" aria-label="recent ticks">{}</div>', cells)
+
+
+def host_wait_note(wait: dict | None, zone: ZoneInfo = UTC) -> str:
+    """The job page's note when its ticks waited for a turn on a capped host."""
+    if not wait:
+        return ""
+    at = stamp(datetime.fromtimestamp(wait["at"], UTC), zone)
+    cap = f"in-flight cap {wait['cap']}" if wait["cap"] else "per-second cap"
+    return (
+        f"ticks waited for a turn on host {wait['host']} ({cap}): last {wait['ms']} ms at {at}."
+        " One host serves at most cap ÷ latency requests per second (16 / 0.2 s = 80/s);"
+        " raise the job's host_limits if the host allows more."
+    )

@@ -24,6 +24,7 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+from .plot import load
 from .stack import NEXO_SCHEDULER, ROOT, Stack, beat_args, free_port, job_id, worker_args
 
 SYNCED = "nexopoll:redbeat:nexopoll:synced"
@@ -34,15 +35,21 @@ POLITE = {"in_flight": 8, "per_sec": 40}  # the politeness row: 1,000 jobs on on
 
 
 class SlowServer:
-    def __init__(self, delay_ms: int) -> None:
+    def __init__(self, delay_ms: int, hosts: int = 1) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.slowserver", str(self.port), str(delay_ms)],
+            [sys.executable, "-m", "bench.slowserver", str(self.port), str(delay_ms), str(hosts)],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
+        self.hosts = hosts
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/j"
+        self.feed_url = f"{self.base}/f"
+
+    def spread(self, url: str, i: int) -> str:
+        """``url`` on the i-th of the server's hosts (as ``Stack.load_jobs`` spreads jobs)."""
+        return url.replace("127.0.0.1", f"127.0.0.{i % self.hosts + 1}", 1)
 
     def get(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(self.base + path, timeout=30) as r:
@@ -53,48 +60,69 @@ class SlowServer:
         self.proc.wait(10)
 
 
-def part_io(dbs, n: int, every: float, duration: float, m: int, threads: int, delay_ms: int):
-    from .run import ROUNDS, drain, lag_stats, offsets, publish
+def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[str, Any]:
+    """CPU per task of M raw Celery tasks doing a tick's request (``bench.fetch``; for rss
+    ``bench.fetch_feed``, with feedparser) and of M ticks of M/3 ``kind`` jobs, 3 each,
+    round-robin (the first round warms caches and is left out), on one ``-P threads``
+    worker, over the server's hosts with the default per-host caps."""
+    from .run import ROUNDS, drain, publish
 
-    server = SlowServer(delay_ms)
+    url, raw_task = (server.feed_url, "bench.fetch_feed") if kind == "rss" else \
+        (server.url, "bench.fetch")  # fmt: skip
+    out: dict[str, Any] = {}
+    raw = Stack(dbs.template)
     try:
-        res: dict[str, Any] = {"n": n, "every": every, "threads": threads, "delay_ms": delay_ms}
-        raw = Stack(dbs.template)
-        try:
-            publish(raw, "bench.fetch", [([f"{server.url}/raw{i % 1000}"], {}) for i in range(m)])
-            server.get("/__reset")
-            res["raw"] = drain(raw, m, include="bench.rawtask", warm=m // ROUNDS,
-                               concurrency=threads, pool="threads")  # fmt: skip
-            res["raw"]["max_in_flight"] = server.get("/__stats")["max_in_flight"]
-        finally:
-            raw.close()
-        jobs = m // ROUNDS
-        nexo = Stack(dbs.get(jobs, 3600, server.url, UNCAPPED))
-        try:
-            calls = [([job_id(i % jobs)], {"lease_ttl_ms": 30000}) for i in range(jobs * ROUNDS)]
-            publish(nexo, "nexopoll.tick", calls)
-            server.get("/__reset")
-            res["nexopoll"] = drain(nexo, len(calls), warm=jobs, concurrency=threads,
-                                    pool="threads")  # fmt: skip
-            res["nexopoll"]["max_in_flight"] = server.get("/__stats")["max_in_flight"]
-            ((ticks, outbox),) = nexo.sql(
-                "SELECT (SELECT SUM(ticks_total) FROM poll_state), "
-                "(SELECT COUNT(*) FROM poll_outbox)"
-            )
-            res["nexopoll"].update(ticks_total=ticks, outbox_rows=outbox)
-        finally:
-            nexo.close()
-        res["ratio"] = res["nexopoll"]["cpu_ms_per_task"] / res["raw"]["cpu_ms_per_task"]
-        res["lag"] = io_lag(dbs, server, n, every, duration, threads, lag_stats, offsets)
+        publish(raw, raw_task, [([server.spread(f"{url}/raw{i % 1000}", i)], {}) for i in range(m)])
+        server.get("/__reset")
+        out["raw"] = drain(raw, m, include="bench.rawtask", warm=m // ROUNDS,
+                           concurrency=threads, pool="threads")  # fmt: skip
+        out["raw"]["max_in_flight"] = server.get("/__stats")["max_in_flight"]
+    finally:
+        raw.close()
+    jobs = m // ROUNDS
+    nexo = Stack(dbs.get(jobs, 3600, url, None, server.hosts, kind))
+    try:
+        calls = [([job_id(i % jobs)], {"lease_ttl_ms": 30000}) for i in range(jobs * ROUNDS)]
+        publish(nexo, "nexopoll.tick", calls)
+        server.get("/__reset")
+        out["nexopoll"] = drain(nexo, len(calls), warm=jobs, concurrency=threads,
+                                pool="threads")  # fmt: skip
+        out["nexopoll"]["max_in_flight"] = server.get("/__stats")["max_in_flight"]
+        ((ticks, outbox, ok),) = nexo.sql(
+            "SELECT (SELECT SUM(ticks_total) FROM poll_state), "
+            "(SELECT COUNT(*) FROM poll_outbox), "
+            "(SELECT COUNT(*) FROM poll_state WHERE last_status = 'ok')"
+        )
+        out["nexopoll"].update(ticks_total=ticks, outbox_rows=outbox, status_ok=ok, jobs=jobs)
+    finally:
+        nexo.close()
+    out["ratio"] = out["nexopoll"]["cpu_ms_per_task"] / out["raw"]["cpu_ms_per_task"]
+    return out
+
+
+def part_io(
+    dbs, ns: list[int], every: float, duration: float, m: int, threads: int, delay_ms: int,
+    hosts: int = 100,
+) -> dict[str, Any]:  # fmt: skip
+    from .run import lag_stats, offsets
+
+    server = SlowServer(delay_ms, hosts)
+    try:
+        res: dict[str, Any] = {"ns": ns, "every": every, "threads": threads,
+                               "delay_ms": delay_ms, "hosts": hosts}  # fmt: skip
+        res["webhook"] = cpu_pair(dbs, server, m, threads, "webhook_poll")
+        res["rss"] = cpu_pair(dbs, server, m, threads, "rss")
+        res["rows"] = [io_lag(dbs, server, n, every, duration, threads, lag_stats, offsets,
+                              limits=None) for n in ns]  # fmt: skip
         return res
     finally:
         server.close()
 
 
 def io_lag(
-    dbs, server: SlowServer, n, every, duration, threads, lag_stats, offsets, limits=None
+    dbs, server: SlowServer, n, every, duration, threads, lag_stats, offsets, limits=UNCAPPED
 ) -> dict:
-    stack = Stack(dbs.get(n, every, server.url, limits or UNCAPPED))
+    stack = Stack(dbs.get(n, every, server.url, limits, server.hosts))
     try:
         worker = stack.start("worker", worker_args(threads, "io", pool="threads"), "io")
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
@@ -115,7 +143,9 @@ def io_lag(
         stats = server.get("/__stats")
         records = [(jid, ts) for jid, ts in stats["records"] if jid.startswith("b")]
         per_second = Counter(int(ts) for _, ts in records if t0 <= ts < t1)
-        res = lag_stats(records, offsets(stack, every), every, t0, t1)
+        offs = offsets(stack, every)
+        res = lag_stats(records, offs, every, t0, t1)
+        res.update(slot_stats(records, offs, every, t0, t1, res["due"]))
         secs = t1 - t0
         res.update(n=n, every=every, secs=secs, ticks_per_s=res["ticks"] / secs,
                    due_per_s=n / every, queue_max=max(depth), queue_end=depth[-1],
@@ -123,11 +153,32 @@ def io_lag(
                    worker_cpu_ms_per_tick=1000 * (wcpu1 - wcpu0) / max(res["ticks"], 1),
                    beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
                    max_in_flight=stats["max_in_flight"], rss_mb=rss,
-                   max_per_second=max(per_second.values(), default=0),
+                   max_per_second=max(per_second.values(), default=0), load=load(),
                    workers_alive=worker.alive() and beat.alive())  # fmt: skip
         return res
     finally:
         stack.close()
+
+
+def slot_stats(records, offs, every: float, t0: float, t1: float, due: int) -> dict[str, float]:
+    """The share of the window's slots whose request arrived within 1 s of the slot, and
+    the p99 of the gaps between a job's consecutive requests beyond its interval (a tick
+    that came late or was missed shows as a gap; 0 when on time)."""
+    import math
+
+    on_time = set()
+    per_job: dict[str, list[float]] = {}
+    for jid, ts in records:
+        o = offs[jid]
+        slot = math.floor((ts - o) / every) * every + o
+        if t0 <= slot < t1 and ts - slot < 1.0:
+            on_time.add((jid, round(slot, 3)))
+        if t0 - every <= ts < t1:
+            per_job.setdefault(jid, []).append(ts)
+    gaps = sorted(max(0.0, b - a - every) for tss in per_job.values()
+                  for a, b in zip(sorted(tss), sorted(tss)[1:], strict=False))  # fmt: skip
+    p99 = gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] if gaps else math.nan
+    return {"within_1s": len(on_time) / due if due else math.nan, "gap_p99_s": p99}
 
 
 def part_polite(dbs, duration: float, threads: int, delay_ms: int) -> dict[str, Any]:
@@ -160,27 +211,40 @@ def report_polite(r: dict[str, Any]) -> list[str]:
 
 
 def report_io(r: dict[str, Any]) -> list[str]:
-    raw, nx, lag = r["raw"], r["nexopoll"], r["lag"]
-    return [
-        f"4. I/O-bound ticks: webhook_poll vs a loopback server answering after "
-        f"{r['delay_ms']} ms, worker -P threads -c {r['threads']}",
-        f"   {'':10}{'ms CPU/task':>12}{'tasks/s':>10}{'tasks':>8}{'in flight':>10}",
-        f"   {'raw fetch':10}{raw['cpu_ms_per_task']:12.3f}{raw['tasks_per_s']:10.0f}"
-        f"{raw['tasks']:8d}{raw['max_in_flight']:10d}",
-        f"   {'nexopoll':10}{nx['cpu_ms_per_task']:12.3f}{nx['tasks_per_s']:10.0f}"
-        f"{nx['tasks']:8d}{nx['max_in_flight']:10d}",
-        f"   ratio nexopoll/raw = {r['ratio']:.2f}x; every measured tick an unchanged poll: "
-        f"outbox rows={nx['outbox_rows']}, ticks_total={nx['ticks_total']}",
-        f"   lag, N={lag['n']} every {lag['every']:g}s ({lag['due_per_s']:.0f}/s): ran/due "
-        f"{lag['ran_per_due']:.1%}, p50 {lag['lag_p50_ms']:.0f} ms, p99 {lag['lag_p99_ms']:.0f}"
-        f" ms, max {lag['lag_max_ms']:.0f} ms, q max {lag['queue_max']}, in flight max "
-        f"{lag['max_in_flight']}, worker CPU {lag['worker_cpu_pct']:.0f}% "
-        f"({lag['worker_cpu_ms_per_tick']:.2f} ms/tick), beat {lag['beat_cpu_pct']:.0f}%",
-        f"   max requests in one second {lag['max_per_second']}; "
-        f"RSS MB: worker {fmt_rss(lag['rss_mb']['worker'])}, beat "
-        f"{fmt_rss(lag['rss_mb']['beat'])}",
-        "",
+    out = [
+        f"4. I/O-bound ticks: loopback server answering after {r['delay_ms']} ms on "
+        f"{r['hosts']} hosts (127.0.0.x), default per-host caps, worker -P threads "
+        f"-c {r['threads']}",
+        f"   {'':16}{'ms CPU/task':>12}{'tasks/s':>10}{'tasks':>8}{'in flight':>10}",
     ]
+    for kind, raw_name in (("webhook", "raw fetch"), ("rss", "raw fetch+feedp")):
+        pair = r[kind]
+        raw, nx = pair["raw"], pair["nexopoll"]
+        out += [
+            f"   {raw_name:16}{raw['cpu_ms_per_task']:12.3f}{raw['tasks_per_s']:10.0f}"
+            f"{raw['tasks']:8d}{raw['max_in_flight']:10d}",
+            f"   {kind + ' tick':16}{nx['cpu_ms_per_task']:12.3f}{nx['tasks_per_s']:10.0f}"
+            f"{nx['tasks']:8d}{nx['max_in_flight']:10d}",
+            f"   ratio {kind}/raw = {pair['ratio']:.2f}x (target <= 1.5x); DB: ticks_total="
+            f"{nx['ticks_total']}, last_status ok={nx['status_ok']}/{nx['jobs']}, outbox rows="
+            f"{nx['outbox_rows']}",
+        ]
+    out += [
+        f"   webhook_poll jobs every {r['every']:g}s: rows measured after one interval",
+        f"   {'N':>7} {'due/s':>6} {'achieved/s':>10} {'<=1s':>7} {'lag p99':>8} {'gap p99':>8}"
+        f" {'q max':>6} {'wrk CPU%':>8} {'ms/tick':>8} {'beat%':>6}  load",
+    ]
+    for x in r["rows"]:
+        out.append(
+            f"   {x['n']:7d} {x['due_per_s']:6.0f} {x['ticks_per_s']:10.0f} "
+            f"{x['within_1s']:7.1%} {x['lag_p99_ms'] / 1000:7.2f}s {x['gap_p99_s']:7.2f}s"
+            f" {x['queue_max']:6d} {x['worker_cpu_pct']:8.0f} {x['worker_cpu_ms_per_tick']:8.2f}"
+            f" {x['beat_cpu_pct']:6.0f}  {x['load']}"
+        )
+    out += [f"   RSS MB N={x['n']}: worker {fmt_rss(x['rss_mb']['worker'])}, beat "
+            f"{fmt_rss(x['rss_mb']['beat'])}" for x in r["rows"]]  # fmt: skip
+    out.append("")
+    return out
 
 
 def fmt_rss(values: list[float]) -> str:

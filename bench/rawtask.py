@@ -16,14 +16,26 @@ def noop() -> None:
 _session = None
 
 
-@app.task(name="bench.fetch", ignore_result=True)
-def fetch(url: str) -> None:
-    """The raw baseline of an I/O-bound tick: one GET on a shared, pooled Session."""
+def _get(url: str):
     global _session
     if _session is None:
         import requests
 
         _session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=10, pool_maxsize=64)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=100, pool_maxsize=64)
         _session.mount("http://", adapter)
-    _session.get(url, timeout=30).json()
+    return _session.get(url, timeout=30)
+
+
+@app.task(name="bench.fetch", ignore_result=True)
+def fetch(url: str) -> None:
+    """The raw baseline of an I/O-bound tick: one GET on a shared, pooled Session."""
+    _get(url).json()
+
+
+@app.task(name="bench.fetch_feed", ignore_result=True)
+def fetch_feed(url: str) -> None:
+    """The raw baseline of an rss tick: one GET and feedparser on its body."""
+    import feedparser
+
+    feedparser.parse(_get(url).content)

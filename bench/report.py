@@ -67,6 +67,25 @@ def report(res: dict[str, Any]) -> str:
         out += report_io(res["io"])
     if res.get("polite"):
         out += report_polite(res["polite"])
+    out += ratios(res)
     reloads = ", ".join(f"{k} {v:.1f}s" for k, v in res["reload_secs"].items())
     out += ["", f"manage.py pollers reload times: {reloads}"]
     return "\n".join(out)
+
+
+def ratios(res: dict[str, Any]) -> list[str]:
+    """The CPU ratios of issue 19, each against its raw baseline measured in this run."""
+    rows = []
+    io, w = res.get("io"), res.get("worker")
+    if io:
+        rows.append(("webhook_poll tick / raw requests.get task", io["webhook"]["ratio"], 1.5))
+        rows.append(("rss tick / raw requests.get+feedparser task", io["rss"]["ratio"], 1.5))
+    if w:
+        rows.append(("single-message no-op tick / raw Celery no-op", w["ratio"], 1.5))
+        if w.get("batched"):
+            rows.append(("batched no-op tick / raw Celery no-op", w["batched_ratio"], 0.4))
+    if not rows:
+        return []
+    out = ["CPU ratios (worker process CPU, same run):"]
+    out += [f"   {name:46} {r:5.2f}x  (goal <= {goal}x)" for name, r, goal in rows]
+    return [*out, ""]

@@ -1,7 +1,11 @@
 """A loopback HTTP/1.1 server that answers every request after a fixed delay.
 
-``python -m bench.slowserver PORT DELAY_MS``: ``GET /j/<job_id>`` answers ``[]``
-(application/json, keep-alive) after DELAY_MS and records ``(job_id, arrival time)``;
+``python -m bench.slowserver PORT DELAY_MS [HOSTS]``: listens on PORT of 127.0.0.1 …
+127.0.0.HOSTS (default 1; every loopback address is the machine's own, so HOSTS
+addresses are HOSTS distinct hosts to the per-host politeness caps). ``GET /j/<job_id>``
+answers ``[]`` (application/json, keep-alive) after DELAY_MS, ``GET /f/<job_id>`` the
+same RSS feed of FEED_ITEMS items (no validators: every poll is a full fetch and parse),
+and both record ``(job_id, arrival time)``;
 ``GET /__stats`` returns ``{"records": [[job_id, ts], ...], "max_in_flight": n,
 "requests": n}`` and ``GET /__reset`` clears them. asyncio, one process: thousands of
 requests wait together for almost no CPU (the bench measures the worker, not this).
@@ -17,9 +21,22 @@ import time
 state = {"records": [], "in_flight": 0, "max_in_flight": 0, "requests": 0}
 
 
-def response(body: bytes, status: str = "200 OK") -> bytes:
+FEED_ITEMS = 10
+FEED = (
+    '<?xml version="1.0" encoding="utf-8"?><rss version="2.0"><channel><title>Bench</title>'
+    "<link>https://bench.example.com/</link>"
+    + "".join(
+        f"<item><title>Item {i}</title><link>https://bench.example.com/{i}</link>"
+        f"<guid>bench-{i}</guid><pubDate>Thu, 01 Jan 2026 {i:02d}:00:00 GMT</pubDate></item>"
+        for i in range(FEED_ITEMS)
+    )
+    + "</channel></rss>"
+).encode()
+
+
+def response(body: bytes, status: str = "200 OK", kind: str = "application/json") -> bytes:
     head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: keep-alive\r\n\r\n"
     )
     return head.encode() + body
@@ -54,7 +71,10 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
                     await asyncio.sleep(delay)
                 finally:
                     state["in_flight"] -= 1
-                writer.write(response(b"[]"))
+                if path.startswith("/f/"):
+                    writer.write(response(FEED, kind="application/rss+xml"))
+                else:
+                    writer.write(response(b"[]"))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
         pass
@@ -62,9 +82,10 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
         writer.close()
 
 
-async def main(port: int, delay: float) -> None:
+async def main(port: int, delay: float, hosts: int = 1) -> None:
+    addresses = [f"127.0.0.{i}" for i in range(1, hosts + 1)]
     server = await asyncio.start_server(
-        lambda r, w: handle(r, w, delay), "127.0.0.1", port, backlog=4096
+        lambda r, w: handle(r, w, delay), addresses, port, backlog=4096
     )
     print("ready", flush=True)
     async with server:
@@ -72,4 +93,5 @@ async def main(port: int, delay: float) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]) / 1000))
+    hosts = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]) / 1000, hosts))

@@ -197,26 +197,29 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stderr[-3000:]}")
         return out.stdout
 
-    def load_jobs(self, n: int, every: float, url: str = "", limits: dict | None = None) -> float:
+    def load_jobs(
+        self, n: int, every: float, url: str = "", limits: dict | None = None, hosts: int = 1,
+        kind: str = "webhook_poll",
+    ) -> float:  # fmt: skip
         """Write n noop jobs every ``every`` s (jitter = one interval) and reload; return secs.
 
-        With ``url``: ``webhook_poll`` jobs polling ``<url>/<job id>`` instead, with
-        ``limits`` as their ``host_limits`` (all on one host: 127.0.0.1)."""
+        With ``url``: ``kind`` jobs (``webhook_poll`` or ``rss``) polling ``<url>/<job id>``
+        instead, with ``limits`` as their ``host_limits`` (None: the defaults), spread over
+        ``hosts`` loopback addresses (job i on 127.0.0.(i % hosts + 1))."""
 
         def config(i: int) -> dict:
             if not url:
                 return {}
-            return {
-                "url": f"{url}/{job_id(i)}",
-                "items_path": "",
-                "deliver": {"channel": "log", "to": "bench"},
-                "allow_private_networks": True,
-            }
+            u = url.replace("127.0.0.1", f"127.0.0.{i % hosts + 1}", 1) + f"/{job_id(i)}"
+            common = {"deliver": {"channel": "log", "to": "bench"}, "allow_private_networks": True}
+            if kind == "rss":
+                return {"feed_url": u, "first_run": "skip", **common}
+            return {"url": u, "items_path": "", **common}
 
         jobs = [
             {
                 "id": job_id(i),
-                "kind": "webhook_poll" if url else "noop",
+                "kind": kind if url else "noop",
                 "agent": "bench",
                 "schedule": {"every_secs": every},
                 "config": config(i),

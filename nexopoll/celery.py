@@ -51,7 +51,24 @@ class QoS(kombu_redis.QoS):
             virtual.QoS.ack(self, delivery_tag)
 
 
-class Channel(kombu_redis.Channel):
+class _ReusedClients:
+    """kombu builds a new ``redis.Redis`` on every ``channel.client`` access (each ack,
+    each publish): some 170 response callbacks copied per object, two per task. The
+    client is only a view on the channel's connection pool and is thread-safe, so one
+    per pool is kept and handed out again until kombu replaces the pool."""
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        pool = self.async_pool if asynchronous else self.pool
+        cache = self.__dict__.setdefault("_nexopoll_clients", {})
+        hit = cache.get(asynchronous)
+        if hit is not None and hit[0] is pool:
+            return hit[1]
+        client = super()._create_client(asynchronous)  # type: ignore[misc]
+        cache[asynchronous] = (pool, client)
+        return client
+
+
+class Channel(_ReusedClients, kombu_redis.Channel):
     QoS = QoS
 
 
@@ -59,7 +76,7 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
-class SentinelChannel(kombu_redis.SentinelChannel):
+class SentinelChannel(_ReusedClients, kombu_redis.SentinelChannel):
     QoS = QoS
 
 

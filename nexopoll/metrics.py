@@ -49,7 +49,7 @@ from . import metricspoller, metricstext
 from .metricspoller import as_int
 from .metricstext import Family
 from .models import Delivery, PollJob, PollState
-from .runtime import logredact
+from .runtime import hostwait, logredact
 from .runtime import metricstore as ms
 from .runtime.redis import new_client
 
@@ -180,7 +180,8 @@ class ClusterCollector:
         )  # fmt: skip
         for field, n in self._ints(data[ms.DELIVERIES]):
             deliveries.add(_split(field), n)
-        out += [deliveries, self._beat_lag(data[ms.BEAT_LAG])]
+        out += [deliveries, self._beat_lag(data[ms.BEAT_LAG]),
+                self._host_wait(data[ms.HOST_WAIT])]  # fmt: skip
         lock = Family("poller_beat_lock_held", "gauge", "1 while a beat holds the scheduler lock")
         lock.add([], 1 if data["lock"] else 0)
         out.append(lock)
@@ -225,6 +226,26 @@ class ClusterCollector:
         )  # fmt: skip
         if counts:
             fam.add_histogram([], _buckets(counts, ms.LAG_BUCKETS_S), total / 1000)
+        return fam
+
+    def _host_wait(self, raw: dict[str, str]) -> Family:
+        per_host: dict[str, dict[int, int]] = defaultdict(dict)
+        sums: dict[str, int] = {}
+        for field, n in self._ints(raw, ordered=False):
+            host, idx = _split(field)
+            if idx == "sum":
+                sums[host] = n
+            elif (i := as_int(idx)) is not None and 0 <= i <= len(hostwait.WAIT_BUCKETS_S):
+                per_host[host][i] = n
+            else:
+                self.skipped["invalid"] += 1
+        fam = Family(
+            "poller_host_wait_seconds", "histogram", "Time requests waited for a turn on "
+            "their host (per-host politeness caps), seconds", ["host"],
+        )  # fmt: skip
+        for host in sorted(per_host):
+            buckets = _buckets(per_host[host], hostwait.WAIT_BUCKETS_S)
+            fam.add_histogram([host], buckets, sums.get(host, 0) / 1000)
         return fam
 
     # --- the DB --------------------------------------------------------------

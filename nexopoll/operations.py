@@ -69,6 +69,16 @@ def tick_history(job_id: str, limit: int = history.HISTORY_LEN) -> list[history.
         return []
 
 
+def host_wait(job_id: str) -> dict | None:
+    """The job's latest wait for a turn on a capped host (``runtime/hostwait.py``), or None."""
+    from .runtime import hostwait
+
+    try:
+        return hostwait.last_wait(get_redis(), job_id)
+    except Exception:  # Redis down: no note
+        return None
+
+
 def preview_job(job_id: str, *, now: datetime, count: int = 10) -> list[FireTime]:
     job = require_job(job_id)
     jd = definitions.from_row(job, {})

@@ -9,7 +9,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from .runtime import delivery, outbox
+from .runtime import delivery, outbox, politeness
 from .runtime.tick import batch, tick_job
 
 log = logging.getLogger("nexopoll.tick")
@@ -23,7 +23,8 @@ def tick(self, job_id: str, lease_ttl_ms: int | None = None) -> str:
     countdown the job's stored health allows (never past the next slot, never into
     an open breaker). A transient DB error (nothing committed) is retried with a
     short doubling backoff, on a fresh connection, while that lands before the next slot."""
-    report = tick_job(job_id, now=timezone.now(), lease_ttl_ms=lease_ttl_ms)
+    with politeness.deferring(job_id):  # host turns end with the lease, one round trip
+        report = tick_job(job_id, now=timezone.now(), lease_ttl_ms=lease_ttl_ms)
     if report.db_error:
         countdown = min(0.5 * 2**self.request.retries, 30.0)
         at = timezone.now() + timedelta(seconds=countdown)

@@ -20,6 +20,7 @@ Messages never repeat the URL: its path, query or userinfo may hold a secret.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 from urllib.parse import urljoin, urlsplit
@@ -49,6 +50,9 @@ class Origin(NamedTuple):
 def checked_url(url: str, *, what: str = "URL", redirect: bool = False) -> str:
     """Return ``url`` unchanged if it is safe to request, else raise.
 
+    A pure function of its arguments: URLs that passed are remembered (a bounded cache,
+    a job polls the same URL every tick); a refused one is checked again each time.
+
     Args:
         url: an absolute URL (a redirect's ``Location`` already joined to its base).
         what: how the message names the URL (``"URL"``, ``"redirect target"``).
@@ -63,6 +67,11 @@ def checked_url(url: str, *, what: str = "URL", redirect: bool = False) -> str:
         ``http://b\u00fccher.test/`` → "non-ASCII host".
     """
 
+    return _checked(url, what, redirect)
+
+
+@functools.lru_cache(maxsize=8192)
+def _checked(url: str, what: str, redirect: bool) -> str:
     def refuse(why: str) -> InvalidURLError:
         return InvalidURLError(f"{what} refused: {why}")
 

@@ -30,6 +30,7 @@ import redis
 
 from .keys import ns
 from .lease import Lease, queue_script, release_in, released, rerun_if_unloaded
+from .politeness import queue_releases
 
 log = logging.getLogger("nexopoll.tick")
 
@@ -116,10 +117,12 @@ class Entry:
 
 
 def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None) -> list:
-    """Append a batch of ticks' entries, release their leases and queue their metrics in
-    one pipelined round trip (``pipe``: one the caller already queued commands on, whose
-    results come first in the returned list)."""
+    """Append a batch of ticks' entries, release their leases (and the host turns of a
+    ``politeness.deferring`` block) and queue their metrics in one pipelined round trip
+    (``pipe``: one the caller already queued commands on, whose results come first in the
+    returned list)."""
     pipe = pipe if pipe is not None else client.pipeline(transaction=False)
+    queue_releases(pipe)  # the host turns a scheduled tick kept for this round trip
     lens: list[tuple[str, int]] = []
     appends: list[tuple[int, list, list]] = []
     releases: list[tuple[Lease, int]] = []

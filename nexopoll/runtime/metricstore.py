@@ -32,7 +32,10 @@ key                    field                                    value
 ``poller_card``        JSON ``[job_id]``, ``[job_id, name]``,   series / values
                        ``[job_id, name, label]``                counted
 ``poller_values``      JSON ``[job_id, name, label, value]``    1 (a value in use)
+``host_wait``          ``host SEP i`` (bucket i), ``SEP sum``   waits, total ms
 =====================  ======================================  =====================
+
+``host_wait`` (and the job notes beside it) is written by ``runtime/hostwait.py``.
 
 A poller's own series are capped where they are written (one Lua script per tick that
 counted any, on the same pipeline): a new series is refused when its job already has
@@ -69,8 +72,11 @@ POLLER_DROPPED = PREFIX + "poller_dropped"
 POLLER_CARD = PREFIX + "poller_card"
 POLLER_VALUES = PREFIX + "poller_values"
 #: what a scrape reads (the cap's bookkeeping, POLLER_CARD and POLLER_VALUES, it does not)
+HOST_WAIT = PREFIX + "host_wait"  # written by runtime/hostwait.py, with these two:
+HOST_WAIT_HOSTS = PREFIX + "host_wait_hosts"
+HOST_WAIT_JOBS = PREFIX + "host_wait_jobs"
 ALL_KEYS = (TICKS, SEEN, DISPATCHED, LATENCY, TAKEOVERS, DELIVERIES, BEAT_LAG, POLLER,
-            POLLER_DROPPED)  # fmt: skip
+            POLLER_DROPPED, HOST_WAIT)  # fmt: skip
 
 #: ``poller_latency_ms`` bucket bounds (ms); index ``len(...)`` is +Inf
 LATENCY_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1000, 5000, 30_000)
@@ -237,7 +243,7 @@ def record_deliveries(client: Any, outcomes: Iterable[tuple[str, str]]) -> None:
 
 
 def clear(client: Any) -> None:
-    client.delete(*ALL_KEYS, POLLER_CARD, POLLER_VALUES)
+    client.delete(*ALL_KEYS, POLLER_CARD, POLLER_VALUES, HOST_WAIT_HOSTS, HOST_WAIT_JOBS)
 
 
 def tick_writer(report: Any) -> Any:
