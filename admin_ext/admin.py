@@ -2,8 +2,7 @@
 
 pollers.yaml owns definitions: nobody adds, edits or deletes a job here. Staff
 with ``view_job`` can look; acting needs ``admin_ext.operate_job``. Every action
-goes through :mod:`nexopoll.services` / :mod:`nexopoll.operations` (the CLI's
-verbs) and is written to Django's admin log.
+goes through :mod:`nexopoll.services` (the CLI's verbs) and is written to Django's admin log.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nexopoll import operations, runs, services
+from nexopoll import runs, services
 from nexopoll.masking import masked
 from nexopoll.models import Delivery, PollState
 
@@ -172,7 +171,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         rows = [
             (
                 job,
-                *operations.cursor_pretty(
+                *services.cursor_pretty(
                     states[job.job_id].cursor if job.job_id in states else None
                 ),
             )
@@ -195,7 +194,7 @@ class JobAdmin(RuntimeOwnedAdmin):
     def run_now(self, request, queryset):  # type: ignore[no-untyped-def]
         queued = []
         for job in queryset:
-            task_id = operations.run_now_async(job.job_id)
+            task_id = services.run_now_async(job.job_id)
             self.log_change(request, job, f"run now (task {task_id})")
             queued.append((job.job_id, task_id))
         if len(queued) == 1:  # "Job …" first: Django capitalises a message's first letter
@@ -235,8 +234,8 @@ class JobAdmin(RuntimeOwnedAdmin):
             return super().change_view(request, object_id, form_url, extra_context)
         now = timezone.now()
         state = PollState.objects.filter(job_id=job.job_id).first()
-        entries = operations.tick_history(job.job_id)
-        fmt, cursor = operations.cursor_pretty(state.cursor if state else None)
+        entries = services.tick_history(job.job_id)
+        fmt, cursor = services.cursor_pretty(state.cursor if state else None)
         context = {
             **self.admin_site.each_context(request),
             "title": f"Job {job.job_id}",
@@ -247,15 +246,15 @@ class JobAdmin(RuntimeOwnedAdmin):
             "zone": display.job_zone(job.schedule),
             "schedule_words": display.schedule_words(job.schedule),
             "breaker": display.breaker_label(state.breaker_open_until if state else None, now),
-            "definition": operations.definition_yaml(job),
-            "source": operations.definition_source(job),
+            "definition": services.definition_yaml(job),
+            "source": services.definition_source(job),
             "cursor_format": fmt,
             "cursor_text": cursor,
             "history": entries,
             "strip": display.tick_strip(entries),
             "deliveries": _newest_deliveries(job.job_id),
-            "preview": operations.preview_job(job.job_id, now=now, count=10),
-            "runs": operations.run_now_results(job.job_id),
+            "preview": services.preview_job(job.job_id, now=now, count=10),
+            "runs": services.run_now_results(job.job_id),
             "can_operate": self.has_operate_permission(request),
         }
         return TemplateResponse(request, self.change_form_template, context)
@@ -288,10 +287,10 @@ class JobAdmin(RuntimeOwnedAdmin):
         if job is None or not self.has_operate_permission(request):
             raise PermissionDenied
         back = display.job_url(job.job_id)
-        entry = next((e for e in operations.tick_history(job.job_id) if e.n == tick), None)
+        entry = next((e for e in services.tick_history(job.job_id) if e.n == tick), None)
         if request.method == "POST" and request.POST.get("post") == "yes":
             try:
-                operations.rewind_job(job.job_id, tick=tick, actor=request.user.get_username())
+                services.rewind_job(job.job_id, tick=tick, actor=request.user.get_username())
             except LookupError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 return HttpResponseRedirect(back)
@@ -335,7 +334,7 @@ def _dry_view(outcome: dict) -> dict:
     if not isinstance(tick, dict):
         return {"status": outcome.get("status"), "error": outcome.get("error") or "failed"}
     text = tick.get("next_cursor")
-    fmt, cursor = operations.cursor_pretty(None if text is None else str(text).encode())
+    fmt, cursor = services.cursor_pretty(None if text is None else str(text).encode())
     return {
         "status": tick["status"], "error": tick["error"], "deliveries": tick["deliveries"],
         "cursor_format": fmt, "cursor_text": cursor, "items_seen": tick["items_seen"],

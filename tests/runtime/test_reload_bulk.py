@@ -87,7 +87,7 @@ def test_a_big_reload_tells_how_it_goes(cfg, monkeypatch, redis_client):
     cfg.write([scripted(f"j{i}") for i in range(12)])
     cfg.reload(progress=lines.append)
     assert lines == []  # a small reload says nothing
-    monkeypatch.setattr(services, "PROGRESS_JOBS", 10)
+    monkeypatch.setattr(services.reload, "PROGRESS_JOBS", 10)
     monkeypatch.setattr(reloadwrite, "ROWS", 2)
     cfg.write([scripted(f"j{i}", every=30) for i in range(12)] + [scripted("new")])
     cfg.reload(progress=lines.append)

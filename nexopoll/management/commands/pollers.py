@@ -240,9 +240,7 @@ class Command(BaseCommand):
         import_legacy_command(self, path, write=opts["write"])
 
     def do_preview(self, job_id: str, **opts: Any) -> None:
-        from nexopoll import operations
-
-        times = operations.preview_job(job_id, now=timezone.now(), count=opts["count"])
+        times = services.preview_job(job_id, now=timezone.now(), count=opts["count"])
         if opts["json"]:
             return self._json([t.as_dict() for t in times])
         if not times:
@@ -253,9 +251,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{local:32} {utc}" + (f"  ! {t.note}" if t.note else ""))
 
     def do_history(self, job_id: str, **opts: Any) -> None:
-        from nexopoll import operations
-
-        entries = operations.tick_history(job_id, opts["limit"])
+        entries = services.tick_history(job_id, opts["limit"])
         if opts["json"]:
             return self._json([e.as_dict() for e in entries])
         if not entries:
@@ -268,15 +264,13 @@ class Command(BaseCommand):
             )
 
     def do_rewind(self, job_id: str, **opts: Any) -> None:
-        from nexopoll import operations
-
         if not opts["yes"]:
             raise CommandError(
                 f"rewind replaces the cursor of {job_id} with the one tick {opts['to']} "
                 "started from: confirm with --yes"
             )
         try:
-            done = operations.rewind_job(job_id, tick=opts["to"], actor="cli")
+            done = services.rewind_job(job_id, tick=opts["to"], actor="cli")
         except LookupError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(
