@@ -20,7 +20,6 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from nexopoll import runs, services
-from nexopoll.masking import masked
 from nexopoll.models import Delivery, PollState
 
 from . import display
@@ -28,6 +27,7 @@ from .filters import BreakerFilter, FailingFilter, PausedFilter
 from .models import Job
 from .outbox_admin import OutboxAdmin  # noqa: F401  (registers the deliveries admin)
 from .readonly import RuntimeOwnedAdmin
+from .refusals import shown
 from .reload_view import reload_view
 
 OPERATE = "admin_ext.operate_job"
@@ -84,7 +84,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         st = self._st(job)
         status = (st.last_status if st else "") or "never"
         streak = f" \u00d7{st.consecutive_errors}" if st and st.consecutive_errors else ""
-        breaker = display.breaker_label(st.breaker_open_until if st else None, timezone.now())
+        breaker = services.breaker_label(st.breaker_open_until if st else None, timezone.now())
         return format_html(
             '<span class="np-badge np-{}">{}</span>{} {}', status, status, streak,
             "" if breaker == "closed" else format_html(
@@ -97,7 +97,7 @@ class JobAdmin(RuntimeOwnedAdmin):
     def error_col(self, job: Job) -> str:
         st = self._st(job)
         # the rule of every surface (stored masked; the job's own ${VAR}s again, no query)
-        text = masked(st.last_error, [job], agents=False) if st else ""
+        text = services.masking.masked(st.last_error, [job], agents=False) if st else ""
         if st is not None and st.notice:  # what the poller asked operators to know
             at = f" {st.notice_at:%Y-%m-%d %H:%M} UTC" if st.notice_at else ""
             note = f"notice{at}: {st.notice}"
@@ -134,10 +134,9 @@ class JobAdmin(RuntimeOwnedAdmin):
         """Apply ``fn`` to each selected job; the ids it was applied to, for the message."""
         done = []
         for job in queryset:
-            try:
+            with shown(self, request) as outcome:
                 fn(job.job_id)
-            except services.UnknownJob as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+            if outcome.refused:
                 continue
             self.log_change(request, job, f"{verb} (nexopoll admin)")
             done.append(job.job_id)
@@ -245,7 +244,7 @@ class JobAdmin(RuntimeOwnedAdmin):
             "original": job,
             "zone": display.job_zone(job.schedule),
             "schedule_words": display.schedule_words(job.schedule),
-            "breaker": display.breaker_label(state.breaker_open_until if state else None, now),
+            "breaker": services.breaker_label(state.breaker_open_until if state else None, now),
             "definition": services.definition_yaml(job),
             "source": services.definition_source(job),
             "cursor_format": fmt,
@@ -289,10 +288,9 @@ class JobAdmin(RuntimeOwnedAdmin):
         back = display.job_url(job.job_id)
         entry = next((e for e in services.tick_history(job.job_id) if e.n == tick), None)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            try:
+            with shown(self, request) as outcome:
                 services.rewind_job(job.job_id, tick=tick, actor=request.user.get_username())
-            except LookupError as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+            if outcome.refused:
                 return HttpResponseRedirect(back)
             self.log_change(request, job, f"rewind to tick {tick}")
             self.message_user(

@@ -16,6 +16,7 @@ from nexopoll import services
 from . import display
 from .models import OutboxRow
 from .readonly import RuntimeOwnedAdmin
+from .refusals import shown
 
 
 @admin.register(OutboxRow)
@@ -105,15 +106,14 @@ class OutboxAdmin(RuntimeOwnedAdmin):
                 request, "None of the selected rows is dead or held.", messages.WARNING
             )
             return
-        try:
+        with shown(self, request, "Nothing re-queued: ") as outcome:
             moved = services.redeliver([str(r.id) for r in eligible], now=timezone.now())
-        except (services.RedeliverRefused, services.UnknownDelivery) as exc:
-            self.message_user(request, f"Nothing re-queued: {exc}", messages.ERROR)
+        if outcome.refused:
             return
         for r in eligible:
             self.log_change(request, r, "redeliver")
-        shown = display.id_list([display.short_id(i) for i in moved])
-        msg = f"Re-queued {len(moved)} row(s) under their own delivery ids: {shown}."
+        listed = display.id_list([display.short_id(i) for i in moved])
+        msg = f"Re-queued {len(moved)} row(s) under their own delivery ids: {listed}."
         if skipped:
             msg += f" Skipped {skipped} row(s) that are neither dead nor held."
         self.message_user(request, msg, messages.SUCCESS)

@@ -42,9 +42,6 @@ class RunStatus:
 def outcome_of(job_id: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
     """Tick ``job_id`` here and now (a worker's task body): the result as JSON-ready data,
     its secrets' values masked (it is stored in the result table and shown to people)."""
-    from .llm_tools.dispatch import redact_tree, secrets_for
-    from .models import PollJob
-
     try:
         report = services.run_job(job_id, now=timezone.now(), dry_run=dry_run, force=force)
     except services.JobPaused as exc:
@@ -54,22 +51,13 @@ def outcome_of(job_id: str, *, dry_run: bool = False, force: bool = False) -> di
     except services.UnknownJob as exc:
         return {"outcome": "unknown_job", "status": "unknown", "error": str(exc),
                 "dry_run": dry_run, "committed": False}  # fmt: skip
-    tick = {
-        "job_id": report.job_id, "status": report.status, "reason": report.reason,
-        "error": report.error, "epoch": report.epoch, "items_seen": report.items_seen,
-        "items_dispatched": report.items_dispatched, "committed": report.committed,
-        "dry_run": dry_run, "next_cursor": services.cursor_text(report.next_cursor),
-        "deliveries": [{"channel": d.channel, "to": d.recipient, "purpose": d.purpose,
-                        "payload": d.payload} for d in report.deliveries],
-        "delivery_ids": [str(i) for i in report.delivery_ids],
-    }  # fmt: skip
     out = {
         "outcome": "done", "status": report.status, "items_seen": report.items_seen,
         "items_dispatched": report.items_dispatched, "error": report.error,
         "deliveries": len(report.delivery_ids), "committed": report.committed,
-        "dry_run": dry_run, "tick": tick,
+        "dry_run": dry_run, "tick": services.tick_view(report, dry_run=dry_run),
     }  # fmt: skip
-    return redact_tree(out, secrets_for(list(PollJob.objects.filter(job_id=job_id))))
+    return services.redact(out, [job_id])
 
 
 def start(job_id: str, *, dry_run: bool = False, force: bool = False) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .errors import (
     BadRequest,
+    ConfigRejected,
     Conflict,
     JobPaused,
     NotFound,
@@ -70,8 +71,8 @@ from .views import (
 )
 
 __all__ = [
-    "DELIVERY_STATUSES", "PROGRESS_JOBS", "RUN_NOW_TASK", "BadRequest", "Conflict",
-    "CursorView", "JobPaused", "NotFound", "Page", "RedeliverRefused", "Refused",
+    "DELIVERY_STATUSES", "PROGRESS_JOBS", "RUN_NOW_TASK", "BadRequest", "ConfigRejected",
+    "Conflict", "CursorView", "JobPaused", "NotFound", "Page", "RedeliverRefused", "Refused",
     "ReloadRefused", "ReloadResult", "RewindRefused", "Rewound", "ServiceError",
     "UnknownDelivery", "UnknownJob", "breaker_label", "config_path", "cursor_pretty",
     "cursor_text", "cursor_view", "definition_source", "definition_yaml", "delivery_view",

@@ -2,13 +2,15 @@
 one ``except ServiceError`` and reads ``code``, ``http_status``, ``message`` and
 ``details`` off it.
 
-``str(exc)`` is the sentence the CLI and the admin print; ``message`` is what the API
-returns (the same text, except where noted).
+``str(exc)`` is the sentence the admin shows, ``text`` what the CLI prints, and
+``message`` what the API returns (the same text, except where noted).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from nexopoll.core.config import ConfigFileError
 
 
 class ServiceError(Exception):
@@ -21,6 +23,11 @@ class ServiceError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+
+    @property
+    def text(self) -> str:
+        """The refusal as a terminal shows it."""
+        return str(self)
 
 
 class NotFound(ServiceError, LookupError):
@@ -87,3 +94,20 @@ class ReloadRefused(Refused):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+    @property
+    def text(self) -> str:
+        return "\n".join(["reload refused (--strict):", *map(str, self.issues)])
+
+
+class ConfigRejected(Refused, ConfigFileError):
+    """pollers.yaml as a whole is unusable (unreadable, too big, not YAML): nothing was
+    applied. Still a ``ConfigFileError`` (``issues``; ``str()`` lists them)."""
+
+    def __init__(self, issues: list[Any]) -> None:
+        ConfigFileError.__init__(self, issues)
+        self.message, self.details = str(self), None
+
+    @property
+    def text(self) -> str:
+        return f"pollers.yaml rejected, nothing applied:\n{self}"

@@ -15,14 +15,14 @@ from django.db import transaction
 
 from nexopoll import reloadwrite
 from nexopoll.channels import binding_schemas
-from nexopoll.core.config import LoadedConfig, load_config
+from nexopoll.core.config import ConfigFileError, LoadedConfig, load_config
 from nexopoll.core.yamlsrc import MAX_BYTES
 from nexopoll.models import Agent, PollJob, PollState
 from nexopoll.runtime.definitions import runtime_hash
 from nexopoll.runtime.registry import get_registry
 from nexopoll.runtime.secretenv import secret_env
 
-from .errors import ReloadRefused
+from .errors import ConfigRejected, ReloadRefused
 from .jobs import write_state
 
 log = logging.getLogger("nexopoll.services")
@@ -62,14 +62,17 @@ def load_file(*, now: datetime, path: Path | None = None) -> LoadedConfig:
     if path.exists():
         with path.open("rb") as fh:  # never read a huge file whole: one byte past the cap
             text = fh.read(MAX_BYTES + 1)  # is enough for the loader to refuse it by size
-    return load_config(
-        text,
-        source=str(path),
-        env=secret_env(),
-        now=now,
-        validators=get_registry().validators(),
-        channels=binding_schemas(),
-    )
+    try:
+        return load_config(
+            text,
+            source=str(path),
+            env=secret_env(),
+            now=now,
+            validators=get_registry().validators(),
+            channels=binding_schemas(),
+        )
+    except ConfigFileError as exc:
+        raise ConfigRejected(exc.issues) from None
 
 
 def _globals(loaded: LoadedConfig) -> dict[str, Any]:
@@ -88,9 +91,10 @@ def reload_config(
     """Validate every job, then apply ``{add, replace, remove, keep}`` in one transaction.
 
     A job whose new definition is invalid keeps its last good one (``kept_invalid``).
-    Raises ``ConfigFileError`` when the file as a whole is unusable (nothing applied)
-    and ``ReloadRefused`` under ``strict`` when any job is invalid. ``progress`` is
-    told how a reload of at least ``PROGRESS_JOBS`` jobs goes (a line per step).
+    Raises ``ConfigRejected`` (a ``ConfigFileError``) when the file as a whole is
+    unusable (nothing applied) and ``ReloadRefused`` under ``strict`` when any job is
+    invalid. ``progress`` is told how a reload of at least ``PROGRESS_JOBS`` jobs goes
+    (a line per step).
     """
     started = time.monotonic()
     loaded = load_file(now=now, path=path)

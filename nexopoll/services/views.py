@@ -1,6 +1,6 @@
 """How operators read things, one view each: a job, a tick's report, a cursor, the
 breaker, a definition, the summary counts. Every view a service returns is masked
-by :func:`redact` (one rule for every front-end: :mod:`nexopoll.masking`).
+by :func:`redact` (one rule for every front-end: :mod:`.masking`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from django.db.models import Q
 from nexopoll.core.breaker import breaker_label as _label
 from nexopoll.core.config.values import mask_plain_secrets
 from nexopoll.core.schedule import next_slot
-from nexopoll.masking import masked, masked_for_ids, redact_tree, secrets_for
 from nexopoll.models import Delivery, PollJob, PollState
 from nexopoll.runtime import definitions
+
+from .masking import masked, masked_for_ids, redact_tree, secrets_for
 
 __all__ = [
     "CursorView", "breaker_label", "cursor_pretty", "cursor_text", "cursor_view",
