@@ -1,8 +1,9 @@
 """The jobs admin: live state, actions through the service layer, a job's page.
 
 pollers.yaml owns definitions: nobody adds, edits or deletes a job here. Staff
-with ``view_job`` can look; acting needs ``admin_ext.operate_job``. Every action
-goes through :mod:`nexopoll.services` (the CLI's verbs) and is written to Django's admin log.
+with ``view_job`` can look; acting needs ``nexopoll.operate_job`` (or the admin's
+``admin_ext.operate_job``). Every action goes through :mod:`nexopoll.services` (the
+CLI's verbs) and is written to Django's admin log.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.utils.html import format_html
 
 from nexopoll import runs, services
 from nexopoll.models import Delivery, PollState
+from nexopoll.services import permissions
 
 from . import display
 from .filters import BreakerFilter, FailingFilter, PausedFilter
@@ -29,8 +31,6 @@ from .outbox_admin import OutboxAdmin  # noqa: F401  (registers the deliveries a
 from .readonly import RuntimeOwnedAdmin
 from .refusals import shown
 from .reload_view import reload_view
-
-OPERATE = "admin_ext.operate_job"
 
 
 def _newest_deliveries(job_id: str, n: int = 50) -> list[Delivery]:
@@ -55,7 +55,7 @@ class JobAdmin(RuntimeOwnedAdmin):
     change_list_template = "admin_ext/job_changelist.html"
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(OPERATE)
+        return permissions.allowed(request.user, permissions.OPERATE)
 
     # --- live state: one query for the page's state rows --------------------------
     def get_changelist_instance(self, request: HttpRequest):  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from nexopoll import services
+from nexopoll.services import permissions
 
 from . import display
 from .models import OutboxRow
@@ -89,7 +90,7 @@ class OutboxAdmin(RuntimeOwnedAdmin):
         return display.when(row.enqueued_at)
 
     def has_redeliver_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("admin_ext.redeliver")
+        return permissions.allowed(request.user, permissions.REDELIVER)
 
     @admin.display(description="error")
     def error_col(self, row: OutboxRow) -> str:

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from nexopoll import services
+from nexopoll.services import permissions
 
 from .refusals import shown
 
@@ -25,7 +26,7 @@ def _digest() -> str:
 
 def reload_view(model_admin):  # type: ignore[no-untyped-def]
     def view(request):  # type: ignore[no-untyped-def]
-        if not request.user.has_perm("admin_ext.reload_config"):
+        if not permissions.allowed(request.user, permissions.RELOAD):
             raise PermissionDenied
         changelist = reverse("admin:admin_ext_job_changelist")
         digest = _digest()
