@@ -20,7 +20,7 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nexopoll import runs, services
+from nexopoll import services
 from nexopoll.models import Delivery, PollState
 from nexopoll.services import permissions
 
@@ -312,12 +312,12 @@ def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for job_id in job_ids:
         try:
-            tasks[job_id] = runs.start(job_id, dry_run=True)
+            tasks[job_id] = services.runs.start(job_id, dry_run=True)
         except Exception as exc:  # shown on the page, like the CLI prints it
             out[job_id] = {"error": str(exc)}
     deadline = time.monotonic() + settings.NEXOPOLL_RUN_WAIT_SECS
     for job_id, task_id in tasks.items():
-        outcome = runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
+        outcome = services.runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
         if outcome is None:
             url = display.job_url(job_id)
             out[job_id] = {"running": True, "task_id": task_id, "job_url": url,

@@ -25,7 +25,6 @@ from django.utils import timezone
 from nexopoll import services
 from nexopoll.core.errors import ConfigError
 from nexopoll.core.redact import redact
-from nexopoll.models import PollJob
 from nexopoll.services.masking import redact_tree, secrets_for
 
 from .specs import BUILTIN_SCHEMAS, JOB_ID_PATTERN, Tool
@@ -64,13 +63,10 @@ class ToolError(Exception):
 
 # --- scope -------------------------------------------------------------------------
 def _jobs_in_scope(agent: str | None):  # type: ignore[no-untyped-def]
-    jobs = PollJob.objects.all()
-    if agent is not None and not settings.NEXOPOLL_TOOLS_ALL_JOBS:
-        jobs = jobs.filter(agent=agent)
-    return jobs
+    return services.kinds.jobs_of(None if settings.NEXOPOLL_TOOLS_ALL_JOBS else agent)
 
 
-def _job(job_id: str, agent: str | None) -> PollJob:
+def _job(job_id: str, agent: str | None) -> Any:
     if not re.fullmatch(JOB_ID_PATTERN.strip("^$"), job_id):
         raise ToolError("invalid_arguments", f"id: not a job id: {job_id[:120]!r}")
     job = _jobs_in_scope(agent).filter(job_id=job_id).first()
@@ -172,8 +168,6 @@ BUILTIN = [Tool(n, d, p, _HANDLERS[n]) for n, (d, p) in BUILTIN_SCHEMAS.items()]
 # --- custom tools (Poller.custom_tools) ---------------------------------------------
 def _custom(kind: str, spec: Any) -> Tool:
     def handler(args: dict[str, Any], agent: str | None, confirm: Confirm | None) -> Any:
-        from nexopoll.runtime.host import call_job_tool
-
         job_id = args.get("job_id")
         if not isinstance(job_id, str):
             raise ToolError("invalid_arguments", f"{spec.name} needs a job_id")
@@ -181,22 +175,18 @@ def _custom(kind: str, spec: Any) -> Tool:
         if job.kind != kind:
             raise ToolError("invalid_arguments", f"{spec.name} works on {kind} jobs; "
                             f"{job.job_id!r} is a {job.kind} job")  # fmt: skip
-        return [job], call_job_tool(job.job_id, spec.name, args)
+        return [job], services.kinds.call_custom_tool(job.job_id, spec.name, args)
 
     return Tool(spec.name, spec.description, spec.parameters, handler, kind=kind)
 
 
 def all_tools() -> dict[str, Tool]:
-    from nexopoll.runtime.registry import get_registry
-
     tools = {t.name: t for t in BUILTIN}
-    registry = get_registry()
-    for kind in sorted(registry.validators()):
-        for spec in registry.get(kind).custom_tools():
-            if spec.name in tools:
-                log.warning("tools.duplicate name=%s kind=%s: ignored", spec.name, kind)
-                continue
-            tools[spec.name] = _custom(kind, spec)
+    for kind, spec in services.kinds.custom_tools():
+        if spec.name in tools:
+            log.warning("tools.duplicate name=%s kind=%s: ignored", spec.name, kind)
+            continue
+        tools[spec.name] = _custom(kind, spec)
     return tools
 
 
@@ -264,7 +254,7 @@ def _refused(exc: services.ServiceError, text: str, secrets: frozenset[str]) -> 
                      data={"error": text})  # fmt: skip
 
 
-def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[PollJob]:
+def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[Any]:
     job_id = args.get("id") or args.get("job_id")
     return list(_jobs_in_scope(agent).filter(job_id=job_id)) if isinstance(job_id, str) else []
 

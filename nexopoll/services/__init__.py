@@ -5,6 +5,8 @@ so they behave, refuse and mask identically:
 - :mod:`.outbox`: outbox rows and redelivery (``query_deliveries``);
 - :mod:`.reload`: re-read pollers.yaml and apply it;
 - :mod:`.history`: tick history and rewind;
+- :mod:`.kinds`: the poller kinds' own tools, the plugins' state;
+- :mod:`.runs`: run now and dry run on a worker, with a bounded wait;
 - :mod:`.views`: one view each (a job, a tick, a cursor, the breaker) and the redaction;
 - :mod:`.errors`: ``ServiceError`` (``NotFound``, ``Conflict``, ``Refused``,
   ``BadRequest``), the one exception a front-end catches.
@@ -14,6 +16,7 @@ so they behave, refuse and mask identically:
 
 from __future__ import annotations
 
+from . import kinds
 from .errors import (
     BadRequest,
     ConfigRejected,
@@ -30,7 +33,6 @@ from .errors import (
 )
 from .history import Rewound, rewind_job, tick_history
 from .jobs import (
-    RUN_NOW_TASK,
     Page,
     job_pending,
     list_jobs,
@@ -41,8 +43,6 @@ from .jobs import (
     reset_job,
     resume_job,
     run_job,
-    run_now_async,
-    run_now_results,
     run_view,
     show_job,
     write_state,
@@ -55,6 +55,7 @@ from .outbox import (
     redeliver,
 )
 from .reload import PROGRESS_JOBS, ReloadResult, config_path, load_file, reload_config
+from .runs import RUN_NOW_TASK, QueueUnavailable, run_now_async, run_now_results
 from .views import (
     CursorView,
     breaker_label,
@@ -71,14 +72,59 @@ from .views import (
 )
 
 __all__ = [
-    "DELIVERY_STATUSES", "PROGRESS_JOBS", "RUN_NOW_TASK", "BadRequest", "ConfigRejected",
-    "Conflict", "CursorView", "JobPaused", "NotFound", "Page", "RedeliverRefused", "Refused",
-    "ReloadRefused", "ReloadResult", "RewindRefused", "Rewound", "ServiceError",
-    "UnknownDelivery", "UnknownJob", "breaker_label", "config_path", "cursor_pretty",
-    "cursor_text", "cursor_view", "definition_source", "definition_yaml", "delivery_view",
-    "job_pending", "job_view", "list_deliveries", "list_jobs", "load_file", "next_run",
-    "pause_job", "preview_job", "query_deliveries", "query_jobs", "redact", "redeliver",
-    "reload_config", "require_job", "reset_job", "resume_job", "rewind_job", "run_job",
-    "run_now_async", "run_now_results", "run_view", "show_job", "summary", "tick_history",
-    "tick_view", "write_state",
+    "DELIVERY_STATUSES",
+    "PROGRESS_JOBS",
+    "RUN_NOW_TASK",
+    "BadRequest",
+    "ConfigRejected",
+    "Conflict",
+    "CursorView",
+    "JobPaused",
+    "NotFound",
+    "Page",
+    "QueueUnavailable",
+    "RedeliverRefused",
+    "Refused",
+    "ReloadRefused",
+    "ReloadResult",
+    "RewindRefused",
+    "Rewound",
+    "ServiceError",
+    "UnknownDelivery",
+    "UnknownJob",
+    "breaker_label",
+    "config_path",
+    "cursor_pretty",
+    "cursor_text",
+    "cursor_view",
+    "definition_source",
+    "definition_yaml",
+    "delivery_view",
+    "job_pending",
+    "job_view",
+    "kinds",
+    "list_deliveries",
+    "list_jobs",
+    "load_file",
+    "next_run",
+    "pause_job",
+    "preview_job",
+    "query_deliveries",
+    "query_jobs",
+    "redact",
+    "redeliver",
+    "reload_config",
+    "require_job",
+    "reset_job",
+    "resume_job",
+    "rewind_job",
+    "run_job",
+    "run_now_async",
+    "run_now_results",
+    "run_view",
+    "show_job",
+    "summary",
+    "tick_history",
+    "tick_view",
+    "write_state",
 ]  # fmt: skip

@@ -21,8 +21,6 @@ from .errors import JobPaused, UnknownJob
 
 log = logging.getLogger("nexopoll.services")
 
-RUN_NOW_TASK = "nexopoll.run_now"
-
 #: what a reset clears (the pause flag is left as is)
 RESET = {
     "cursor": None, "consecutive_errors": 0, "breaker_open_until": None,
@@ -167,21 +165,3 @@ def run_job(
 def run_view(report: TickReport, *, dry_run: bool) -> dict[str, Any]:
     """``views.tick_view`` of a run, masked for its job."""
     return views.redact(views.tick_view(report, dry_run=dry_run), [report.job_id])
-
-
-def run_now_async(job_id: str) -> str:
-    """Enqueue a manual tick (``nexopoll.run_now``, see :mod:`nexopoll.runs`); its outcome
-    is stored by django-celery-results under the job id. Returns the task id."""
-    from nexopoll.runs import start
-
-    return start(job_id)
-
-
-def run_now_results(job_id: str, limit: int = 10) -> list[Any]:
-    from django_celery_results.models import TaskResult
-
-    return list(
-        TaskResult.objects.filter(task_name=RUN_NOW_TASK, periodic_task_name=job_id).order_by(
-            "-date_done"
-        )[:limit]
-    )

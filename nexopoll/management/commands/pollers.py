@@ -296,11 +296,8 @@ class Command(BaseCommand):
     def do_plugins(self, **opts: Any) -> None:
         from django.conf import settings
 
-        from nexopoll.plugins.status import rows
-        from nexopoll.runtime.redis import get_redis
-
         plugins_dir = settings.NEXOPOLL_PLUGINS_DIR
-        found = rows(plugins_dir, get_redis())
+        found = services.kinds.plugin_rows()
         if opts["json"]:
             return self._json(found)
         if not found:
@@ -323,8 +320,4 @@ class Command(BaseCommand):
 
 
 def _plugin_problems() -> list[str]:
-    from django.conf import settings
-
-    from nexopoll.plugins.status import problems
-
-    return problems(settings.NEXOPOLL_PLUGINS_DIR)
+    return services.kinds.plugin_problems()
