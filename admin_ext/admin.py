@@ -57,17 +57,12 @@ class JobAdmin(RuntimeOwnedAdmin):
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return permissions.allowed(request.user, permissions.OPERATE)
 
-    # --- live state: one query for the page's state rows --------------------------
-    def get_changelist_instance(self, request: HttpRequest):  # type: ignore[no-untyped-def]
-        cl = super().get_changelist_instance(request)
-        states = PollState.objects.in_bulk([j.job_id for j in cl.result_list])
-        for job in cl.result_list:
-            job.st = states.get(job.job_id)
-        return cl
+    # --- live state: joined to the page's jobs (PollState.job, no hand join) -----------
+    def get_queryset(self, request: HttpRequest):  # type: ignore[no-untyped-def]
+        return super().get_queryset(request).select_related("state")
 
     def _st(self, job) -> PollState | None:  # type: ignore[no-untyped-def]
-        st = getattr(job, "st", None)
-        return st if st is not None else PollState.objects.filter(job_id=job.job_id).first()
+        return getattr(job, "state", None)  # a job without a state row yet: None
 
     @admin.display(description="schedule")
     def schedule_col(self, job: Job) -> str:
