@@ -29,6 +29,13 @@ class ServiceError(Exception):
         """The refusal as a terminal shows it."""
         return str(self)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The API's error body: ``{"code", "message"}``, and ``details`` when there are."""
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
 
 class NotFound(ServiceError, LookupError):
     code, http_status = "not_found", 404
