@@ -26,6 +26,7 @@ from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
 from nexopoll.runtime.keys import ns
+from nexopoll.services import permissions
 
 from .errors import ApiError
 
@@ -43,7 +44,7 @@ class Principal:
     user: object | None = None
 
     def has(self, perm: str) -> bool:
-        return self.kind == "token" or bool(self.user and self.user.has_perm(perm))  # type: ignore[attr-defined]
+        return self.kind == "token" or permissions.allowed(self.user, perm)
 
     def require(self, perm: str) -> None:
         if not self.has(perm):
