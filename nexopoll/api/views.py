@@ -11,7 +11,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from ninja import Body, Path, Query, Router
+from ninja import Body, Path, Query, Router, Status
 
 from nexopoll import services
 from nexopoll.services import permissions, runs
@@ -99,7 +99,7 @@ def _tick(job_id: str, outcome: dict[str, Any]) -> TickResult:
 
 
 def _run(job_id: str, response: HttpResponse, *, dry_run: bool, force: bool,
-         wait: bool) -> tuple[int, Any]:  # fmt: skip
+         wait: bool) -> Status[Any]:  # fmt: skip
     """On a worker (a poller may outlast the web request): the result when it comes within
     ``NEXOPOLL_RUN_WAIT_SECS``, otherwise 202 and the run's status URL (``Location``)."""
     if not dry_run and not force:  # refused at once, not after a trip through the queue
@@ -111,8 +111,8 @@ def _run(job_id: str, response: HttpResponse, *, dry_run: bool, force: bool,
     if outcome is None:
         url = f"/api/pollers/{job_id}/runs/{task_id}"
         response["Location"] = url
-        return 202, Enqueued(job_id=job_id, task_id=task_id, status_url=url)
-    return 200, _tick(job_id, outcome)
+        return Status(202, Enqueued(job_id=job_id, task_id=task_id, status_url=url))
+    return Status(200, _tick(job_id, outcome))
 
 
 RUN_ANSWERS = {200: TickResult, 202: Enqueued}
@@ -122,7 +122,7 @@ RUN_ANSWERS = {200: TickResult, 202: Enqueued}
               summary="Tick now on a worker (bypasses schedule, lease and breaker); "
               "202 while it runs")  # fmt: skip
 def run_poller(request: HttpRequest, response: HttpResponse, job_id: str = JobId,
-               body: RunRequest = Body(None)) -> tuple[int, Any]:  # noqa: B008  # fmt: skip
+               body: RunRequest = Body(None)) -> Status[Any]:  # noqa: B008  # fmt: skip
     body = body or RunRequest()
     return _run(job_id, response, dry_run=False, force=body.force, wait=body.wait)
 
@@ -130,7 +130,7 @@ def run_poller(request: HttpRequest, response: HttpResponse, job_id: str = JobId
 @pollers.post("/pollers/{job_id}/dry-run", response=RUN_ANSWERS, auth=Gate(OPERATE),
               summary="Run the poller on a worker, commit nothing; 202 while it runs")  # fmt: skip
 def dry_run_poller(request: HttpRequest, response: HttpResponse,
-                   job_id: str = JobId) -> tuple[int, Any]:  # fmt: skip
+                   job_id: str = JobId) -> Status[Any]:  # fmt: skip
     return _run(job_id, response, dry_run=True, force=False, wait=True)
 
 
