@@ -75,9 +75,7 @@ def _envelope(request: HttpRequest, error: ApiError) -> HttpResponse:
 
 
 def _issues(errors: list[dict[str, Any]], skip: int) -> list[dict[str, Any]]:
-    return [
-        {"loc": ".".join(str(p) for p in e["loc"][skip:]), "message": e["msg"]} for e in errors
-    ]
+    return [{"loc": ".".join(str(p) for p in e["loc"][skip:]), "message": e["msg"]} for e in errors]
 
 
 @api.exception_handler(NinjaValidationError)
@@ -122,7 +120,6 @@ def _any(request: HttpRequest, exc: Exception) -> HttpResponse:
     error = from_exception(exc)
     if error.status >= 500:
         log.error("api.error path=%s", request.path[:200], exc_info=exc)
-        return error.response()
     return error.response()
 
 
@@ -159,5 +156,3 @@ def openapi_view(request: HttpRequest) -> JsonResponse:
             405, f"{request.method} is not allowed here", headers={"Allow": "GET, HEAD"}
         ).response()
     return JsonResponse(document(), json_dumps_params={"indent": 1})
-
-

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import time
 from dataclasses import dataclass
 
@@ -25,15 +24,12 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
-from nexopoll.runtime.keys import ns
-from nexopoll.services import permissions
+from nexopoll.services import permissions, ratelimit
 
 from .errors import ApiError
 
-log = logging.getLogger("nexopoll.api")
-
 QUERY_TOKEN_NAMES = ("token", "access_token", "api_key", "apikey", "key")
-RATE_PREFIX = ns("api:rate:")  # "nexopoll:api:rate:" (NEXOPOLL_REDIS_PREFIX)
+RATE_PREFIX = ratelimit.RATE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -115,22 +111,11 @@ def client_address(request: HttpRequest) -> str:
 
 def rate_limit(client: str) -> None:
     """Count one request of ``client``; ApiError 429 past the limit. Redis down: allowed."""
-    from nexopoll.runtime.redis import get_redis
-
     limit = settings.NEXOPOLL_API_RATE_PER_MIN
     if limit <= 0:
         return
-    window = int(time.time() // 60)
-    key = f"{RATE_PREFIX}{client}:{window}"
-    try:
-        pipe = get_redis().pipeline(transaction=False)
-        pipe.incr(key)
-        pipe.expire(key, 120)
-        count = pipe.execute()[0]
-    except Exception as exc:  # a rate limiter never takes the API down with Redis
-        log.warning("api.rate_limit_unavailable: %s", type(exc).__name__)
-        return
-    if count > limit:
+    count = ratelimit.hit(client)
+    if count is not None and count > limit:
         retry = str(60 - int(time.time()) % 60)
         raise ApiError(
             429, f"rate limit: {limit} requests per minute; retry in {retry} s",

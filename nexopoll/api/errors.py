@@ -99,4 +99,3 @@ def _refused_text(exc: BaseException) -> bool:
     """A NUL or a lone surrogate that reached the database driver (PostgreSQL refuses both)."""
     text = str(exc)
     return isinstance(exc, ValueError) and ("NUL (0x00)" in text or "surrogate" in text)
-

@@ -44,7 +44,8 @@ VIEW, OPERATE, RELOAD = permissions.VIEW_JOB, permissions.OPERATE, permissions.R
 VIEW_OUTBOX, REDELIVER = permissions.VIEW_OUTBOX, permissions.REDELIVER
 
 JobId = Path(..., pattern=JOB_ID_PATTERN)
-TaskId = Path(..., pattern=UUID_PATTERN)
+TaskId = DeliveryId = Path(..., pattern=UUID_PATTERN)
+OPTIONAL_BODY = Body(None)  # a blank body stands for {} (every field has its default)
 pollers = Router(tags=["pollers"])
 deliveries = Router(tags=["deliveries"])
 
@@ -62,7 +63,7 @@ def list_pollers(request: HttpRequest, query: Query[JobQuery]) -> JobPage:
 @pollers.post("/pollers/reload", response=ReloadPlan,
               summary="Re-read pollers.yaml: the plan, applied unless dry_run",
               auth=Gate(VIEW, body=True))  # fmt: skip
-def reload_pollers(request: HttpRequest, body: ReloadRequest = Body(None)) -> ReloadPlan:  # noqa: B008
+def reload_pollers(request: HttpRequest, body: ReloadRequest = OPTIONAL_BODY) -> ReloadPlan:
     body = body or ReloadRequest()
     if not body.dry_run:
         request.auth.require(RELOAD)  # type: ignore[attr-defined]
@@ -122,7 +123,7 @@ RUN_ANSWERS = {200: TickResult, 202: Enqueued}
               summary="Tick now on a worker (bypasses schedule, lease and breaker); "
               "202 while it runs")  # fmt: skip
 def run_poller(request: HttpRequest, response: HttpResponse, job_id: str = JobId,
-               body: RunRequest = Body(None)) -> Status[Any]:  # noqa: B008  # fmt: skip
+               body: RunRequest = OPTIONAL_BODY) -> Status[Any]:  # fmt: skip
     body = body or RunRequest()
     return _run(job_id, response, dry_run=False, force=body.force, wait=body.wait)
 
@@ -135,7 +136,8 @@ def dry_run_poller(request: HttpRequest, response: HttpResponse,
 
 
 @pollers.get("/pollers/{job_id}/runs/{task_id}", response=RunState, auth=Gate(OPERATE),
-             summary="A run's state, and its result once done (the status_url of a 202)")  # fmt: skip
+             summary="A run's state, and its result once done "
+             "(the status_url of a 202)")  # fmt: skip
 def run_status(request: HttpRequest, job_id: str = JobId, task_id: str = TaskId) -> RunState:
     found = runs.status(job_id, task_id)
     if found is None:
@@ -171,7 +173,7 @@ def resume_poller(request: HttpRequest, job_id: str = JobId) -> Done:
 @pollers.post("/pollers/{job_id}/reset", response=Done, auth=Gate(OPERATE, body=True),
               summary='Clear cursor, errors and breaker (needs {"confirm": true})')  # fmt: skip
 def reset_poller(request: HttpRequest, job_id: str = JobId,
-                 body: ResetRequest = Body(None)) -> Done:  # noqa: B008  # fmt: skip
+                 body: ResetRequest = OPTIONAL_BODY) -> Done:  # fmt: skip
     if body is None:  # no body: {} (ninja would call the whole body missing)
         ResetRequest.model_validate({})
     services.reset_job(job_id)
@@ -190,8 +192,8 @@ def list_deliveries(request: HttpRequest, query: Query[DeliveryQuery]) -> Delive
                  auth=Gate(REDELIVER, body=True),
                  summary="Send a row again under the same delivery id (a sent one only "
                  "with force)")  # fmt: skip
-def redeliver(request: HttpRequest, delivery_id: str = Path(..., pattern=UUID_PATTERN),  # noqa: B008
-              body: RedeliverRequest = Body(None)) -> Redelivered:  # noqa: B008  # fmt: skip
+def redeliver(request: HttpRequest, delivery_id: str = DeliveryId,
+              body: RedeliverRequest = OPTIONAL_BODY) -> Redelivered:  # fmt: skip
     """``services.redeliver``: a dead, held or pending row back to pending, attempts reset,
     queued under its own id; a sent row only with ``force``; a row being sent: 409."""
     body = body or RedeliverRequest()
