@@ -3,11 +3,12 @@
 - ``Authorization: Bearer <NEXOPOLL_API_TOKEN>``, compared in constant time. With no
   token configured every bearer request is refused (the API is never open). A token
   anywhere else (``?token=``, a cookie) is never read.
-- Or a logged-in staff session (the admin's login) with the admin's permissions:
-  ``admin_ext.view_job`` to read jobs, ``admin_ext.operate_job`` to act on them,
-  ``admin_ext.reload_config`` to apply a reload, ``admin_ext.view_outboxrow`` and
-  ``admin_ext.redeliver`` for the outbox. Unsafe methods need Django's CSRF token
-  (``X-CSRFToken`` header with the ``csrftoken`` cookie), as the admin's forms do.
+- Or a logged-in staff session (the admin's login) with nexopoll's permissions
+  (:mod:`nexopoll.services.permissions`; the admin's older ``admin_ext.*`` ones count
+  too): ``view_polljob`` to read jobs, ``operate_job`` to act on them,
+  ``reload_config`` to apply a reload, ``view_delivery`` and ``redeliver`` for the outbox.
+  Unsafe methods need Django's CSRF token (``X-CSRFToken`` header with the
+  ``csrftoken`` cookie), as the admin's forms do.
 - Rate limit: ``NEXOPOLL_API_RATE_PER_MIN`` requests per client per minute (a fixed
   window counted in Redis, so every web process shares it); a client is its token,
   its user, or (unauthenticated) its address.
