@@ -29,6 +29,12 @@ def is_api(request: HttpRequest) -> bool:
     return path == "/api" or path.startswith("/api/")
 
 
+def _operation(request: HttpRequest) -> bool:
+    """Served by one of the API's operations (not the OpenAPI document, not a 404)."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and "api" in match.namespaces
+
+
 class ApiJsonMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -40,7 +46,8 @@ class ApiJsonMiddleware:
             response = self.get_response(request)
         except Exception as exc:  # raised past Django's own handler (a middleware's bug)
             return self.process_exception(request, exc)
-        add_never_cache_headers(response)  # answers about live state: never cached
+        if _operation(request):  # answers about live state: never cached
+            add_never_cache_headers(response)
         ctype = response.get("Content-Type", "")
         if ctype.startswith("application/json") or response.status_code < 400:
             return response
@@ -52,7 +59,8 @@ class ApiJsonMiddleware:
         headers = {k: response[k] for k in ("Allow", "Retry-After") if response.has_header(k)}
         code = CODES.get(status, "internal_error" if status >= 500 else "error")
         replaced = ApiError(status, message, code=code, headers=headers).response()
-        add_never_cache_headers(replaced)
+        if _operation(request):
+            add_never_cache_headers(replaced)
         return replaced
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
