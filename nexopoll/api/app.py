@@ -123,6 +123,18 @@ def _any(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error.response()
 
 
+def _flatten(schema: dict[str, Any]) -> None:
+    """An optional query parameter is left out, never sent as null: its schema is the
+    non-null option alone (as the API documented it before ninja)."""
+    schema.pop("title", None)
+    if schema.get("default", 0) is None:
+        schema.pop("default")
+    options = [o for o in schema.get("anyOf", []) if o != {"type": "null"}]
+    if len(options) == 1:
+        del schema["anyOf"]
+        schema.update(options[0])
+
+
 def _complete(doc: dict[str, Any]) -> dict[str, Any]:
     """ninja's document with the envelope's error answers on every operation, and the
     security schemes (every operation needs one of them)."""
@@ -136,6 +148,15 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
     for item in doc["paths"].values():
         for op in item.values():
             op.pop("security", None)
+            for param in op.get("parameters", []):
+                if param["in"] == "query":
+                    _flatten(param["schema"])
+            body = op.get("requestBody")
+            if body is not None:  # required when its model has required fields
+                media = body["content"]["application/json"]
+                media["schema"] = media["schema"].get("allOf", [media["schema"]])[0]
+                ref = media["schema"]["$ref"].rsplit("/", 1)[1]
+                body["required"] = bool(schemas.get(ref, {}).get("required"))
             for status, text in ERRORS.items():
                 op["responses"].setdefault(str(status), {"description": text, "content": error})
     doc["components"]["securitySchemes"] = SECURITY
