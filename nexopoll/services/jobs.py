@@ -50,10 +50,11 @@ def require_job(job_id: str) -> PollJob:
 @dataclass
 class Page:
     """One page of views: ``next_after`` is the cursor of the next page (None: the last);
-    ``total`` counts every match (before ``after``); ``rows`` are the models shown."""
+    ``total`` counts every match (before ``after``; None: not counted, the outbox);
+    ``rows`` are the models shown."""
 
     items: list[dict[str, Any]]
-    total: int
+    total: int | None
     next_after: str | None
     rows: list[Any] = field(default_factory=list, repr=False)
 

@@ -8,6 +8,10 @@ from typing import Any
 from django.conf import settings
 
 from nexopoll.models import PollJob
+from nexopoll.plugins.status import problems, rows
+from nexopoll.runtime.host import call_job_tool
+from nexopoll.runtime.redis import get_redis
+from nexopoll.runtime.registry import get_registry
 
 
 def jobs_of(agent: str | None) -> Any:
@@ -18,8 +22,6 @@ def jobs_of(agent: str | None) -> Any:
 
 def custom_tools() -> list[tuple[str, Any]]:
     """``(kind, ToolSpec)`` for every tool a registered kind offers, by kind."""
-    from nexopoll.runtime.registry import get_registry
-
     registry = get_registry()
     return [
         (k, spec) for k in sorted(registry.validators()) for spec in registry.get(k).custom_tools()
@@ -28,21 +30,14 @@ def custom_tools() -> list[tuple[str, Any]]:
 
 def call_custom_tool(job_id: str, name: str, args: dict[str, Any]) -> Any:
     """Run the job's kind's tool ``name`` on it (the result is the poller's: mask it)."""
-    from nexopoll.runtime.host import call_job_tool
-
     return call_job_tool(job_id, name, args)
 
 
 def plugin_rows() -> list[dict[str, Any]]:
     """Each plugin manifest in ``NEXOPOLL_PLUGINS_DIR`` with its kinds and live state."""
-    from nexopoll.plugins.status import rows
-    from nexopoll.runtime.redis import get_redis
-
     return rows(settings.NEXOPOLL_PLUGINS_DIR, get_redis())
 
 
 def plugin_problems() -> list[str]:
     """What is wrong with the plugin manifests (none: all valid)."""
-    from nexopoll.plugins.status import problems
-
     return problems(settings.NEXOPOLL_PLUGINS_DIR)

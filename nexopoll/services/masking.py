@@ -17,14 +17,13 @@ from typing import Any
 from django.conf import settings
 
 from nexopoll.core.redact import redact, secret_values
+from nexopoll.models import Agent, PollJob
 from nexopoll.runtime.secretenv import secret_env
 
 
 def secrets_for(jobs: Iterable[Any], *, agents: bool = True) -> frozenset[str]:
     """The values to mask in output about ``jobs`` (``PollJob`` rows): their ``${VAR}``s,
     their agents' ``${VAR}``s (unless ``agents=False``: no query), the server's tokens."""
-    from nexopoll.models import Agent
-
     jobs = list(jobs)
     bindings = []
     if agents:
@@ -62,7 +61,5 @@ def masked(value: Any, jobs: Iterable[Any], *, agents: bool = True) -> Any:
 
 
 def masked_for_ids(value: Any, job_ids: Iterable[str]) -> Any:
-    from nexopoll.models import PollJob
-
     ids = {i for i in job_ids if i}
     return masked(value, PollJob.objects.filter(job_id__in=ids)) if ids else value

@@ -58,7 +58,7 @@ def query_deliveries(
     more = len(page) > limit
     page = page[:limit]
     items = views.redact([delivery_view(r) for r in page], {r.job_id for r in page})
-    return Page(items, -1, str(page[-1].id) if more else None, page)
+    return Page(items, None, str(page[-1].id) if more else None, page)
 
 
 def _after(delivery_id: str) -> tuple[datetime, Any]:

@@ -18,7 +18,11 @@ from nexopoll.channels import binding_schemas
 from nexopoll.core.config import ConfigFileError, LoadedConfig, load_config
 from nexopoll.core.yamlsrc import MAX_BYTES
 from nexopoll.models import Agent, PollJob, PollState
+from nexopoll.privatecheck import private_url_warnings
+from nexopoll.runtime import outbox
 from nexopoll.runtime.definitions import runtime_hash
+from nexopoll.runtime.redbeat_sync import bump_kind_versions, sync_jobs
+from nexopoll.runtime.redis import get_redis
 from nexopoll.runtime.registry import get_registry
 from nexopoll.runtime.secretenv import secret_env
 
@@ -157,8 +161,6 @@ def reload_config(
 
 def _warnings(loaded: LoadedConfig, source: str, job_ids: set[str]) -> list[str]:
     """What `pollers check` warns about the added and changed jobs (a private URL)."""
-    from nexopoll.privatecheck import private_url_warnings
-
     jobs = {i: s for i, s in loaded.jobs.items() if i in job_ids}
     part = LoadedConfig(loaded.settings, jobs, loaded.agents, [])
     return private_url_warnings(part, secret_env(), get_registry(), source)
@@ -184,9 +186,6 @@ def _apply_agents(loaded: LoadedConfig, *, keep_for: list[str]) -> None:
 
 def _bump_kinds(kinds: set[str]) -> None:
     """Long-lived plugins restart when their own jobs changed, never on other reloads."""
-    from nexopoll.runtime.redbeat_sync import bump_kind_versions
-    from nexopoll.runtime.redis import get_redis
-
     try:
         bump_kind_versions(get_redis(), kinds)
     except Exception as exc:  # the plugins keep their processes: no worse than no reload
@@ -197,9 +196,6 @@ def _sync_redbeat(
     upsert: list[str], remove: list[str], *, now: datetime,
     progress: Callable[[str], None] | None = None,
 ) -> None:  # fmt: skip
-    from nexopoll.runtime.redbeat_sync import sync_jobs
-    from nexopoll.runtime.redis import get_redis
-
     try:
         sync_jobs(get_redis(), upsert=upsert, remove=remove, now=now, progress=progress)
     except Exception as exc:
@@ -213,8 +209,6 @@ def _sync_redbeat(
 def _retry_held(*, now: datetime) -> None:
     """After a reload, held rows go back to pending and are queued (what the reload did
     not fix holds them again at once)."""
-    from nexopoll.runtime import outbox
-
     try:
         outbox.retry_held_after_reload(now=now)
     except Exception as exc:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from nexopoll.runtime.keys import ns
+from nexopoll.runtime.redis import get_redis
 
 from .errors import JobPaused, ServiceError, UnknownJob
 from .jobs import require_job, run_job
@@ -73,8 +74,6 @@ def start(job_id: str, *, dry_run: bool = False, force: bool = False) -> str:
         QueueUnavailable: the broker did not take the message.
     """
     from nexopoll.celery import app
-    from nexopoll.runtime.redis import get_redis
-
     require_job(job_id)
     try:
         result = app.send_task(
@@ -120,8 +119,6 @@ def _outcome(state: str, value: Any) -> dict[str, Any]:
 def status(job_id: str, task_id: str) -> RunStatus | None:
     """Where run ``task_id`` of ``job_id`` is; None: no such run of this job."""
     from django_celery_results.models import TaskResult
-
-    from nexopoll.runtime.redis import get_redis
 
     row = TaskResult.objects.filter(task_id=task_id, task_name=RUN_NOW_TASK).first()
     if row is None:
