@@ -17,7 +17,9 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from pydantic import ValidationError
 
-from .errors import ApiError, from_exception
+from nexopoll.services import ServiceError
+
+from .errors import ApiError, from_exception, from_service
 from .gate import REFUSED_TEXT
 from .views import deliveries, pollers
 
@@ -106,6 +108,13 @@ def _invalid_model(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     where = details[0]["loc"] or "body"
     message = f"invalid request body: {where}: {errors[0]['msg']}"
     return _envelope(request, ApiError(422, message, details=details))
+
+
+@api.exception_handler(ServiceError)
+def _refused(request: HttpRequest, exc: ServiceError) -> HttpResponse:
+    """The one place a service's refusal becomes an answer: its status, code, message and
+    details (``ServiceError.as_dict``), as every other front-end reads them."""
+    return _envelope(request, from_service(exc))  # type: ignore[arg-type]
 
 
 @api.exception_handler(HttpError)
