@@ -168,6 +168,9 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
                 body["required"] = bool(schemas.get(ref, {}).get("required"))
             for status, text in ERRORS.items():
                 op["responses"].setdefault(str(status), {"description": text, "content": error})
+    used = json.dumps(doc["paths"]) + json.dumps(schemas)
+    for name in [n for n in schemas if f'/schemas/{n}"' not in used]:
+        del schemas[name]  # the query models: ninja lists them, nothing refers to them
     doc["components"]["securitySchemes"] = SECURITY
     doc["security"] = [{"bearer": []}, {"session": []}]
     doc["openapi"] = "3.1.0"
