@@ -109,7 +109,9 @@ test-pg: venv redis-bin
 	  tests/api tests/metrics tests/tools
 
 # ruff, then the import contracts in pyproject.toml ([tool.importlinter]): nexopoll.core
-# and pollers must not import Django, Celery, Redis, the runtime or the models.
+# and pollers must not import Django, Celery, Redis, the runtime or the models; the
+# layers (front-ends > services > runtime > pollers/channels > net > core) and the
+# front-ends' independence.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache

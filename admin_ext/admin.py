@@ -1,9 +1,9 @@
 """The jobs admin: live state, actions through the service layer, a job's page.
 
 pollers.yaml owns definitions: nobody adds, edits or deletes a job here. Staff
-with ``view_job`` can look; acting needs ``admin_ext.operate_job``. Every action
-goes through :mod:`nexopoll.services` / :mod:`nexopoll.operations` (the CLI's
-verbs) and is written to Django's admin log.
+with ``view_job`` can look; acting needs ``nexopoll.operate_job`` (or the admin's
+``admin_ext.operate_job``). Every action goes through :mod:`nexopoll.services` (the
+CLI's verbs) and is written to Django's admin log.
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nexopoll import operations, runs, services
-from nexopoll.masking import masked
+from nexopoll import services
 from nexopoll.models import Delivery, PollState
+from nexopoll.services import permissions
 
 from . import display
 from .filters import BreakerFilter, FailingFilter, PausedFilter
 from .models import Job
 from .outbox_admin import OutboxAdmin  # noqa: F401  (registers the deliveries admin)
 from .readonly import RuntimeOwnedAdmin
+from .refusals import shown
 from .reload_view import reload_view
-
-OPERATE = "admin_ext.operate_job"
 
 
 def _newest_deliveries(job_id: str, n: int = 50) -> list[Delivery]:
@@ -56,19 +55,14 @@ class JobAdmin(RuntimeOwnedAdmin):
     change_list_template = "admin_ext/job_changelist.html"
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(OPERATE)
+        return permissions.allowed(request.user, permissions.OPERATE)
 
-    # --- live state: one query for the page's state rows --------------------------
-    def get_changelist_instance(self, request: HttpRequest):  # type: ignore[no-untyped-def]
-        cl = super().get_changelist_instance(request)
-        states = PollState.objects.in_bulk([j.job_id for j in cl.result_list])
-        for job in cl.result_list:
-            job.st = states.get(job.job_id)
-        return cl
+    # --- live state: joined to the page's jobs (PollState.job, no hand join) -----------
+    def get_queryset(self, request: HttpRequest):  # type: ignore[no-untyped-def]
+        return super().get_queryset(request).select_related("state")
 
     def _st(self, job) -> PollState | None:  # type: ignore[no-untyped-def]
-        st = getattr(job, "st", None)
-        return st if st is not None else PollState.objects.filter(job_id=job.job_id).first()
+        return getattr(job, "state", None)  # a job without a state row yet: None
 
     @admin.display(description="schedule")
     def schedule_col(self, job: Job) -> str:
@@ -85,7 +79,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         st = self._st(job)
         status = (st.last_status if st else "") or "never"
         streak = f" \u00d7{st.consecutive_errors}" if st and st.consecutive_errors else ""
-        breaker = display.breaker_label(st.breaker_open_until if st else None, timezone.now())
+        breaker = services.breaker_label(st.breaker_open_until if st else None, timezone.now())
         return format_html(
             '<span class="np-badge np-{}">{}</span>{} {}', status, status, streak,
             "" if breaker == "closed" else format_html(
@@ -98,7 +92,7 @@ class JobAdmin(RuntimeOwnedAdmin):
     def error_col(self, job: Job) -> str:
         st = self._st(job)
         # the rule of every surface (stored masked; the job's own ${VAR}s again, no query)
-        text = masked(st.last_error, [job], agents=False) if st else ""
+        text = services.masking.masked(st.last_error, [job], agents=False) if st else ""
         if st is not None and st.notice:  # what the poller asked operators to know
             at = f" {st.notice_at:%Y-%m-%d %H:%M} UTC" if st.notice_at else ""
             note = f"notice{at}: {st.notice}"
@@ -135,10 +129,9 @@ class JobAdmin(RuntimeOwnedAdmin):
         """Apply ``fn`` to each selected job; the ids it was applied to, for the message."""
         done = []
         for job in queryset:
-            try:
+            with shown(self, request) as outcome:
                 fn(job.job_id)
-            except services.UnknownJob as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+            if outcome.refused:
                 continue
             self.log_change(request, job, f"{verb} (nexopoll admin)")
             done.append(job.job_id)
@@ -172,7 +165,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         rows = [
             (
                 job,
-                *operations.cursor_pretty(
+                *services.cursor_pretty(
                     states[job.job_id].cursor if job.job_id in states else None
                 ),
             )
@@ -195,7 +188,7 @@ class JobAdmin(RuntimeOwnedAdmin):
     def run_now(self, request, queryset):  # type: ignore[no-untyped-def]
         queued = []
         for job in queryset:
-            task_id = operations.run_now_async(job.job_id)
+            task_id = services.run_now_async(job.job_id)
             self.log_change(request, job, f"run now (task {task_id})")
             queued.append((job.job_id, task_id))
         if len(queued) == 1:  # "Job …" first: Django capitalises a message's first letter
@@ -235,8 +228,8 @@ class JobAdmin(RuntimeOwnedAdmin):
             return super().change_view(request, object_id, form_url, extra_context)
         now = timezone.now()
         state = PollState.objects.filter(job_id=job.job_id).first()
-        entries = operations.tick_history(job.job_id)
-        fmt, cursor = operations.cursor_pretty(state.cursor if state else None)
+        entries = services.tick_history(job.job_id)
+        fmt, cursor = services.cursor_pretty(state.cursor if state else None)
         context = {
             **self.admin_site.each_context(request),
             "title": f"Job {job.job_id}",
@@ -246,18 +239,18 @@ class JobAdmin(RuntimeOwnedAdmin):
             "original": job,
             "zone": display.job_zone(job.schedule),
             "schedule_words": display.schedule_words(job.schedule),
-            "breaker": display.breaker_label(state.breaker_open_until if state else None, now),
-            "definition": operations.definition_yaml(job),
-            "source": operations.definition_source(job),
+            "breaker": services.breaker_label(state.breaker_open_until if state else None, now),
+            "definition": services.definition_yaml(job),
+            "source": services.definition_source(job),
             "cursor_format": fmt,
             "cursor_text": cursor,
             "history": entries,
             "strip": display.tick_strip(entries),
-            "host_wait": display.host_wait_note(operations.host_wait(job.job_id),
+            "host_wait": display.host_wait_note(services.host_wait(job.job_id),
                                                 display.job_zone(job.schedule)),
             "deliveries": _newest_deliveries(job.job_id),
-            "preview": operations.preview_job(job.job_id, now=now, count=10),
-            "runs": operations.run_now_results(job.job_id),
+            "preview": services.preview_job(job.job_id, now=now, count=10),
+            "runs": services.run_now_results(job.job_id),
             "can_operate": self.has_operate_permission(request),
         }
         return TemplateResponse(request, self.change_form_template, context)
@@ -290,12 +283,11 @@ class JobAdmin(RuntimeOwnedAdmin):
         if job is None or not self.has_operate_permission(request):
             raise PermissionDenied
         back = display.job_url(job.job_id)
-        entry = next((e for e in operations.tick_history(job.job_id) if e.n == tick), None)
+        entry = next((e for e in services.tick_history(job.job_id) if e.n == tick), None)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            try:
-                operations.rewind_job(job.job_id, tick=tick, actor=request.user.get_username())
-            except LookupError as exc:
-                self.message_user(request, str(exc), messages.ERROR)
+            with shown(self, request) as outcome:
+                services.rewind_job(job.job_id, tick=tick, actor=request.user.get_username())
+            if outcome.refused:
                 return HttpResponseRedirect(back)
             self.log_change(request, job, f"rewind to tick {tick}")
             self.message_user(
@@ -317,12 +309,12 @@ def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for job_id in job_ids:
         try:
-            tasks[job_id] = runs.start(job_id, dry_run=True)
+            tasks[job_id] = services.runs.start(job_id, dry_run=True)
         except Exception as exc:  # shown on the page, like the CLI prints it
             out[job_id] = {"error": str(exc)}
     deadline = time.monotonic() + settings.NEXOPOLL_RUN_WAIT_SECS
     for job_id, task_id in tasks.items():
-        outcome = runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
+        outcome = services.runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
         if outcome is None:
             url = display.job_url(job_id)
             out[job_id] = {"running": True, "task_id": task_id, "job_url": url,
@@ -337,7 +329,7 @@ def _dry_view(outcome: dict) -> dict:
     if not isinstance(tick, dict):
         return {"status": outcome.get("status"), "error": outcome.get("error") or "failed"}
     text = tick.get("next_cursor")
-    fmt, cursor = operations.cursor_pretty(None if text is None else str(text).encode())
+    fmt, cursor = services.cursor_pretty(None if text is None else str(text).encode())
     return {
         "status": tick["status"], "error": tick["error"], "deliveries": tick["deliveries"],
         "cursor_format": fmt, "cursor_text": cursor, "items_seen": tick["items_seen"],

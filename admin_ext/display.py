@@ -97,12 +97,6 @@ def paused_label(paused: bool, reason: str = "") -> SafeString:
     return mark_safe('<span class="np-state np-running" title="not paused">✓ running</span>')
 
 
-def breaker_label(open_until: datetime | None, now: datetime) -> str:
-    if open_until is None:
-        return "closed"
-    return "open" if now < open_until else "half-open"
-
-
 def truncate(text: str, n: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"

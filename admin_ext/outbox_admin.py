@@ -12,10 +12,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from nexopoll import services
+from nexopoll.services import permissions
 
 from . import display
 from .models import OutboxRow
 from .readonly import RuntimeOwnedAdmin
+from .refusals import shown
 
 
 @admin.register(OutboxRow)
@@ -88,7 +90,7 @@ class OutboxAdmin(RuntimeOwnedAdmin):
         return display.when(row.enqueued_at)
 
     def has_redeliver_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("admin_ext.redeliver")
+        return permissions.allowed(request.user, permissions.REDELIVER)
 
     @admin.display(description="error")
     def error_col(self, row: OutboxRow) -> str:
@@ -105,15 +107,14 @@ class OutboxAdmin(RuntimeOwnedAdmin):
                 request, "None of the selected rows is dead or held.", messages.WARNING
             )
             return
-        try:
+        with shown(self, request, "Nothing re-queued: ") as outcome:
             moved = services.redeliver([str(r.id) for r in eligible], now=timezone.now())
-        except (services.RedeliverRefused, services.UnknownDelivery) as exc:
-            self.message_user(request, f"Nothing re-queued: {exc}", messages.ERROR)
+        if outcome.refused:
             return
         for r in eligible:
             self.log_change(request, r, "redeliver")
-        shown = display.id_list([display.short_id(i) for i in moved])
-        msg = f"Re-queued {len(moved)} row(s) under their own delivery ids: {shown}."
+        listed = display.id_list([display.short_id(i) for i in moved])
+        msg = f"Re-queued {len(moved)} row(s) under their own delivery ids: {listed}."
         if skipped:
             msg += f" Skipped {skipped} row(s) that are neither dead nor held."
         self.message_user(request, msg, messages.SUCCESS)

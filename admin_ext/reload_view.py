@@ -13,7 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from nexopoll import services
-from nexopoll.core.config import ConfigFileError
+from nexopoll.services import permissions
+
+from .refusals import shown
 
 
 def _digest() -> str:
@@ -24,7 +26,7 @@ def _digest() -> str:
 
 def reload_view(model_admin):  # type: ignore[no-untyped-def]
     def view(request):  # type: ignore[no-untyped-def]
-        if not request.user.has_perm("admin_ext.reload_config"):
+        if not permissions.allowed(request.user, permissions.RELOAD):
             raise PermissionDenied
         changelist = reverse("admin:admin_ext_job_changelist")
         digest = _digest()
@@ -35,10 +37,9 @@ def reload_view(model_admin):  # type: ignore[no-untyped-def]
                     messages.WARNING,
                 )  # fmt: skip
             else:
-                try:
+                with shown(model_admin, request, "reload refused: ") as outcome:
                     res = services.reload_config(now=timezone.now())
-                except ConfigFileError as exc:
-                    model_admin.message_user(request, f"reload refused: {exc}", messages.ERROR)
+                if outcome.refused:
                     return HttpResponseRedirect(changelist)
                 model_admin.log_change(request, _log_target(), f"reload: {_counts(res)}")
                 model_admin.message_user(
@@ -49,7 +50,7 @@ def reload_view(model_admin):  # type: ignore[no-untyped-def]
         plan = None
         try:
             plan = services.reload_config(now=timezone.now(), dry_run=True)
-        except ConfigFileError as exc:
+        except services.ServiceError as exc:  # shown on the page, not as a message
             error = str(exc)
         return TemplateResponse(
             request,

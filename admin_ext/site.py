@@ -13,7 +13,7 @@ class NexopollAdminSite(admin.AdminSite):
     index_template = "admin_ext/index.html"
 
     def index(self, request, extra_context=None):  # type: ignore[no-untyped-def]
-        from nexopoll.operations import summary
+        from nexopoll.services import summary
 
         extra_context = {**(extra_context or {}), "nexopoll_summary": summary(now=timezone.now())}
         return super().index(request, extra_context)

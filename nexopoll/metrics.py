@@ -46,6 +46,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from . import metricspoller, metricstext
+from .core.breaker import BREAKER_LABELS, breaker_label
 from .metricspoller import as_int
 from .metricstext import Family
 from .models import Delivery, PollJob, PollState
@@ -260,8 +261,7 @@ class ClusterCollector:
         )
         for job_id, errs, open_until in rows.order_by("job_id"):
             errors.add([job_id], errs)
-            state = 0 if open_until is None else (2 if now < open_until else 1)
-            breaker.add([job_id], state)
+            breaker.add([job_id], BREAKER_LABELS[breaker_label(open_until, now=now)])
         outbox = Family(
             "poller_outbox_rows", "gauge", "Outbox rows waiting (pending), held by a "
             "configuration problem (held) or dead-lettered (dead)", ["status"],

@@ -1,8 +1,15 @@
 """Job definitions (a mirror of pollers.yaml), job state, agents and the outbox.
 
 The YAML is the source of truth for definitions; the DB mirrors it and owns the
-state. ``PollState`` is keyed by job id without a foreign key, so removing a job
-from the YAML keeps its cursor: adding it back resumes where it stopped.
+state. ``PollState`` is keyed by job id, a relation to ``PollJob`` without a database
+constraint (``job``, column ``job_id``), so removing a job from the YAML keeps its
+cursor (adding it back resumes where it stopped) while ``select_related("state")`` and
+``filter(state__paused=True)`` work.
+
+The permissions the front-ends check are declared here, on nexopoll's own models
+(``nexopoll.view_polljob``, ``nexopoll.operate_job``, ``nexopoll.reload_config``,
+``nexopoll.view_delivery``, ``nexopoll.redeliver``: see :mod:`nexopoll.permissions`), so the
+API and the LLM tools do not depend on ``admin_ext`` being installed.
 """
 
 from __future__ import annotations
@@ -52,13 +59,21 @@ class PollJob(models.Model):
         db_table = "poll_job"
         ordering = ["job_id"]
         verbose_name = "poll job"
+        permissions = [
+            ("operate_job", "Can pause, resume, reset, rewind, run and dry-run jobs"),
+            ("reload_config", "Can apply a reload of pollers.yaml"),
+        ]
 
     def __str__(self) -> str:
         return self.job_id
 
 
 class PollState(models.Model):
-    job_id = models.CharField(primary_key=True, max_length=MAX_JOB_ID)
+    # the job's id (column ``job_id``); no constraint: the state outlives its job's removal
+    job = models.OneToOneField(
+        PollJob, primary_key=True, db_constraint=False, on_delete=models.DO_NOTHING,
+        related_name="state", db_column="job_id",
+    )  # fmt: skip
     # Fencing epoch (the row's version): every write to the row moves it, a tick's commit
     # only WHERE epoch = the version it read; every other writer uses store.write_state.
     epoch = models.BigIntegerField(default=0)
@@ -154,6 +169,7 @@ class Delivery(models.Model):
         db_table = "poll_outbox"
         ordering = ["created_at"]
         verbose_name_plural = "deliveries"
+        permissions = [("redeliver", "Can redeliver dead or held deliveries")]
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due")]
 
     def __str__(self) -> str:

@@ -22,9 +22,10 @@ from .runtime import store
 
 CHUNK = 1000  # ids per IN (...) list
 ROWS = 5000  # rows per executemany (and per progress line)
-# columns whose values the caller gives as the DB takes them (str, int, float, bool)
+# columns whose values the caller gives as the DB takes them (str, int, float, bool; a
+# relation's id)
 _AS_IS = {"CharField", "TextField", "IntegerField", "BigIntegerField", "BooleanField",
-          "FloatField"}  # fmt: skip
+          "FloatField", "OneToOneField"}  # fmt: skip
 
 Progress = Callable[[str], None]
 
@@ -33,21 +34,24 @@ def insert_rows(
     model: type[models.Model], rows: list[dict[str, Any]], progress: Progress | None = None,
     **same: Any,
 ) -> None:  # fmt: skip
-    """INSERT ``rows`` (field name → value; every row names the same fields), each with
-    the ``same`` values, the other fields at their defaults. No signals, no ``save()``."""
+    """INSERT ``rows`` (attribute name → value, ``job_id`` for a relation ``job``; every row
+    names the same fields), each with the ``same`` values, the other fields at their
+    defaults. No signals, no ``save()``."""
     if not rows:
         return
     fields = model._meta.concrete_fields
-    varying = [f for f in fields if f.name in rows[0]]
+    varying = [f for f in fields if f.attname in rows[0]]
     fixed = {
-        f.name: f.get_db_prep_save(same[f.name] if f.name in same else f.get_default(), connection)
+        f.attname: f.get_db_prep_save(
+            same[f.attname] if f.attname in same else f.get_default(), connection
+        )
         for f in fields
-        if f.name not in rows[0]
+        if f.attname not in rows[0]
     }
-    columns = [*varying, *(f for f in fields if f.name in fixed)]
-    tail = tuple(fixed[f.name] for f in columns[len(varying) :])
+    columns = [*varying, *(f for f in fields if f.attname in fixed)]
+    tail = tuple(fixed[f.attname] for f in columns[len(varying) :])
     preps = [_prep(f) for f in varying]
-    names = [f.name for f in varying]
+    names = [f.attname for f in varying]
     quote = connection.ops.quote_name
     into = f"{quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in columns)})"
     with connection.cursor() as cur:

@@ -84,6 +84,6 @@ def run_now(job_id: str, dry_run: bool = False, force: bool = False) -> dict:
     """An operator's "run now" or dry run (admin, API): a manual tick on a worker, never
     in the web process. Its outcome (secrets masked) is kept by django-celery-results,
     where the API's status URL, the admin's job page and its dry-run page read it."""
-    from .runs import outcome_of
+    from .services.runs import outcome_of
 
     return outcome_of(job_id, dry_run=dry_run, force=force)

@@ -3,11 +3,12 @@
 - ``Authorization: Bearer <NEXOPOLL_API_TOKEN>``, compared in constant time. With no
   token configured every bearer request is refused (the API is never open). A token
   anywhere else (``?token=``, a cookie) is never read.
-- Or a logged-in staff session (the admin's login) with the admin's permissions:
-  ``admin_ext.view_job`` to read jobs, ``admin_ext.operate_job`` to act on them,
-  ``admin_ext.reload_config`` to apply a reload, ``admin_ext.view_outboxrow`` and
-  ``admin_ext.redeliver`` for the outbox. Unsafe methods need Django's CSRF token
-  (``X-CSRFToken`` header with the ``csrftoken`` cookie), as the admin's forms do.
+- Or a logged-in staff session (the admin's login) with nexopoll's permissions
+  (:mod:`nexopoll.services.permissions`; the admin's older ``admin_ext.*`` ones count
+  too): ``view_polljob`` to read jobs, ``operate_job`` to act on them,
+  ``reload_config`` to apply a reload, ``view_delivery`` and ``redeliver`` for the outbox.
+  Unsafe methods need Django's CSRF token (``X-CSRFToken`` header with the
+  ``csrftoken`` cookie), as the admin's forms do.
 - Rate limit: ``NEXOPOLL_API_RATE_PER_MIN`` requests per client per minute (a fixed
   window counted in Redis, so every web process shares it); a client is its token,
   its user, or (unauthenticated) its address.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import time
 from dataclasses import dataclass
 
@@ -25,14 +25,12 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
-from nexopoll.runtime.keys import ns
+from nexopoll.services import permissions, ratelimit
 
 from .errors import ApiError
 
-log = logging.getLogger("nexopoll.api")
-
 QUERY_TOKEN_NAMES = ("token", "access_token", "api_key", "apikey", "key")
-RATE_PREFIX = ns("api:rate:")  # "nexopoll:api:rate:" (NEXOPOLL_REDIS_PREFIX)
+RATE_PREFIX = ratelimit.RATE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class Principal:
     user: object | None = None
 
     def has(self, perm: str) -> bool:
-        return self.kind == "token" or bool(self.user and self.user.has_perm(perm))  # type: ignore[attr-defined]
+        return self.kind == "token" or permissions.allowed(self.user, perm)
 
     def require(self, perm: str) -> None:
         if not self.has(perm):
@@ -114,22 +112,11 @@ def client_address(request: HttpRequest) -> str:
 
 def rate_limit(client: str) -> None:
     """Count one request of ``client``; ApiError 429 past the limit. Redis down: allowed."""
-    from nexopoll.runtime.redis import get_redis
-
     limit = settings.NEXOPOLL_API_RATE_PER_MIN
     if limit <= 0:
         return
-    window = int(time.time() // 60)
-    key = f"{RATE_PREFIX}{client}:{window}"
-    try:
-        pipe = get_redis().pipeline(transaction=False)
-        pipe.incr(key)
-        pipe.expire(key, 120)
-        count = pipe.execute()[0]
-    except Exception as exc:  # a rate limiter never takes the API down with Redis
-        log.warning("api.rate_limit_unavailable: %s", type(exc).__name__)
-        return
-    if count > limit:
+    count = ratelimit.hit(client)
+    if count is not None and count > limit:
         retry = str(60 - int(time.time()) % 60)
         raise ApiError(
             429, f"rate limit: {limit} requests per minute; retry in {retry} s",

@@ -48,25 +48,16 @@ class ApiError(Exception):
 
 
 def from_service(exc: Exception) -> ApiError | None:
-    """The API error for a service-layer exception, or None (a bug: let it raise)."""
-    from nexopoll import services
-    from nexopoll.core.config import ConfigFileError
+    """The API error for a service-layer refusal (its status, code, message and details),
+    or None: anything else is a bug (let it raise). The one place services' errors map."""
+    from nexopoll.services import ServiceError
 
-    if isinstance(exc, services.ReloadRefused):
-        issues = [str(i) for i in exc.issues]
-        return ApiError(422, "reload refused (strict): the file has invalid jobs", details=issues)
-    statuses: list[tuple[type[Exception], int]] = [
-        (services.UnknownJob, 404),
-        (services.UnknownDelivery, 404),
-        (services.JobPaused, 409),
-        (services.RedeliverRefused, 409),
-        (services.BadRequest, 400),
-        (ConfigFileError, 422),
-    ]
-    for cls, status in statuses:
-        if isinstance(exc, cls):
-            return ApiError(status, str(exc))
-    return None
+    if not isinstance(exc, ServiceError):
+        return None
+    body = exc.as_dict()
+    headers = {"Retry-After": "5"} if exc.http_status == 503 else None
+    return ApiError(exc.http_status, body["message"], code=body["code"],
+                    details=body.get("details"), headers=headers)  # fmt: skip
 
 
 def from_exception(exc: BaseException) -> ApiError:
@@ -108,4 +99,3 @@ def _refused_text(exc: BaseException) -> bool:
     """A NUL or a lone surrogate that reached the database driver (PostgreSQL refuses both)."""
     text = str(exc)
     return isinstance(exc, ValueError) and ("NUL (0x00)" in text or "surrogate" in text)
-

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import add_never_cache_headers
 
 from .errors import CODES, ApiError, from_exception
 
@@ -26,6 +27,12 @@ log = logging.getLogger("nexopoll.api")
 def is_api(request: HttpRequest) -> bool:
     path = request.path_info or ""
     return path == "/api" or path.startswith("/api/")
+
+
+def _operation(request: HttpRequest) -> bool:
+    """Served by one of the API's operations (not the OpenAPI document, not a 404)."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and "api" in match.namespaces
 
 
 class ApiJsonMiddleware:
@@ -39,6 +46,8 @@ class ApiJsonMiddleware:
             response = self.get_response(request)
         except Exception as exc:  # raised past Django's own handler (a middleware's bug)
             return self.process_exception(request, exc)
+        if _operation(request):  # answers about live state: never cached
+            add_never_cache_headers(response)
         ctype = response.get("Content-Type", "")
         if ctype.startswith("application/json") or response.status_code < 400:
             return response
@@ -49,7 +58,10 @@ class ApiJsonMiddleware:
         }.get(status, "the server could not answer this request")  # fmt: skip
         headers = {k: response[k] for k in ("Allow", "Retry-After") if response.has_header(k)}
         code = CODES.get(status, "internal_error" if status >= 500 else "error")
-        return ApiError(status, message, code=code, headers=headers).response()
+        replaced = ApiError(status, message, code=code, headers=headers).response()
+        if _operation(request):
+            add_never_cache_headers(replaced)
+        return replaced
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not is_api(request):

@@ -1,24 +1,29 @@
-"""The endpoints: each one a call into the service layer, listed in ``ROUTES``."""
+"""The endpoints (django-ninja operations): each one a call into the service layer.
+
+Each operation's ``auth`` is a :class:`.gate.Gate` holding the permission it needs; the
+principal it returns is ``request.auth``. Services' refusals (``ServiceError``) are
+mapped to the envelope in one place, :mod:`.app`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from pydantic import BaseModel
+from ninja import Body, Path, Query, Router, Status
 
-from nexopoll import runs, services
-from nexopoll.masking import masked, masked_for_ids
-from nexopoll.models import Delivery, PollJob, PollState
+from nexopoll import services
+from nexopoll.services import permissions, runs
+from nexopoll.services.masking import masked_for_ids
 
-from .auth import Principal
 from .errors import ApiError
-from .routing import Route
+from .gate import Gate
 from .schemas import (
+    JOB_ID_PATTERN,
+    UUID_PATTERN,
     DeliveryPage,
     DeliveryQuery,
-    DeliveryRow,
     Done,
     Enqueued,
     Job,
@@ -35,50 +40,47 @@ from .schemas import (
     TickResult,
 )
 
-VIEW, OPERATE, RELOAD = "admin_ext.view_job", "admin_ext.operate_job", "admin_ext.reload_config"
-VIEW_OUTBOX, REDELIVER = "admin_ext.view_outboxrow", "admin_ext.redeliver"
+VIEW, OPERATE, RELOAD = permissions.VIEW_JOB, permissions.OPERATE, permissions.RELOAD
+VIEW_OUTBOX, REDELIVER = permissions.VIEW_OUTBOX, permissions.REDELIVER
+
+JobId = Path(..., pattern=JOB_ID_PATTERN)
+TaskId = DeliveryId = Path(..., pattern=UUID_PATTERN)
+OPTIONAL_BODY = Body(None)  # a blank body stands for {} (every field has its default)
+pollers = Router(tags=["pollers"])
+deliveries = Router(tags=["deliveries"])
 
 
 # --- jobs --------------------------------------------------------------------------
-def list_pollers(p: Principal, query: JobQuery) -> tuple[int, BaseModel]:
+@pollers.get("/pollers", response=JobPage, summary="List jobs (paginated, filtered)",
+             auth=Gate(VIEW, query=JobQuery))  # fmt: skip
+def list_pollers(request: HttpRequest, query: Query[JobQuery]) -> JobPage:
     """One page in two indexed queries (jobs by id, then their states), 10,000 jobs or not."""
-    jobs = PollJob.objects.order_by("job_id")
-    if query.kind is not None:
-        jobs = jobs.filter(kind=query.kind)
-    if query.agent is not None:
-        jobs = jobs.filter(agent=query.agent)
-    states = PollState.objects.all()
-    if query.paused is not None:
-        states = states.filter(paused=query.paused)
-    if query.status is not None:
-        states = states.filter(last_status="" if query.status == "never" else query.status)
-    if query.paused is not None or query.status is not None:
-        jobs = jobs.filter(job_id__in=states.values("job_id"))
-    total = jobs.count()
-    if query.after is not None:
-        jobs = jobs.filter(job_id__gt=query.after)
-    page = list(jobs[: query.limit + 1])
-    more = len(page) > query.limit
-    page = page[: query.limit]
-    found = {s.job_id: s for s in PollState.objects.filter(job_id__in=[j.job_id for j in page])}
-    now = timezone.now()
-    views = masked([services.job_view(j, found.get(j.job_id), now=now) for j in page], page)
-    items = [Job(**v) for v in views]
-    return 200, JobPage(items=items, total=total, next_after=page[-1].job_id if more else None)
+    page = services.query_jobs(now=timezone.now(), **query.model_dump())
+    items = [Job(**v) for v in page.items]
+    return JobPage(items=items, total=page.total, next_after=page.next_after)
 
 
-def _masked(job_id: str, data: Any) -> Any:
-    """``data`` about one job with its secrets' values masked (a poller may echo them)."""
-    return masked_for_ids(data, [job_id])
+@pollers.post("/pollers/reload", response=ReloadPlan,
+              summary="Re-read pollers.yaml: the plan, applied unless dry_run",
+              auth=Gate(VIEW, body=True))  # fmt: skip
+def reload_pollers(request: HttpRequest, body: ReloadRequest = OPTIONAL_BODY) -> ReloadPlan:
+    body = body or ReloadRequest()
+    if not body.dry_run:
+        request.auth.require(RELOAD)  # type: ignore[attr-defined]
+    res = services.reload_config(now=timezone.now(), dry_run=body.dry_run, strict=body.strict)
+    return ReloadPlan(**res.as_dict())
 
 
-def show_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
-    return 200, JobDetail(**_masked(job_id, services.show_job(job_id, now=timezone.now())))
+@pollers.get("/pollers/{job_id}", response=JobDetail,
+             summary="One job with its config, state and cursor", auth=Gate(VIEW))  # fmt: skip
+def show_poller(request: HttpRequest, job_id: str = JobId) -> JobDetail:
+    return JobDetail(**services.show_job(job_id, now=timezone.now()))
 
 
-def _enqueued(job_id: str, task_id: str) -> Enqueued:
-    url = f"/api/pollers/{job_id}/runs/{task_id}"
-    return Enqueued(job_id=job_id, task_id=task_id, status_url=url)
+@pollers.get("/pollers/reload", response=JobDetail, include_in_schema=False, auth=Gate(VIEW))
+def show_reload_job(request: HttpRequest) -> JobDetail:
+    """A job named ``reload``: its GET shares the path of POST /api/pollers/reload."""
+    return show_poller(request, "reload")
 
 
 def _tick(job_id: str, outcome: dict[str, Any]) -> TickResult:
@@ -94,35 +96,49 @@ def _tick(job_id: str, outcome: dict[str, Any]) -> TickResult:
     if kind != "done" or not isinstance(outcome.get("tick"), dict):
         raise ApiError(502, str(outcome.get("error") or "the run failed on the worker"),
                        code="run_failed")  # fmt: skip
-    return TickResult(**_masked(job_id, outcome["tick"]))
+    return TickResult(**masked_for_ids(outcome["tick"], [job_id]))
 
 
-def _run(job_id: str, *, dry_run: bool, force: bool, wait: bool) -> tuple[int, BaseModel]:
+def _run(job_id: str, response: HttpResponse, *, dry_run: bool, force: bool,
+         wait: bool) -> Status[Any]:  # fmt: skip
     """On a worker (a poller may outlast the web request): the result when it comes within
-    ``NEXOPOLL_RUN_WAIT_SECS``, otherwise 202 and the run's status URL."""
+    ``NEXOPOLL_RUN_WAIT_SECS``, otherwise 202 and the run's status URL (``Location``)."""
     if not dry_run and not force:  # refused at once, not after a trip through the queue
-        state = PollState.objects.filter(job_id=job_id, paused=True).first()
-        if state is not None:
-            raise services.JobPaused(job_id, state.paused_reason)
-    try:
-        task_id = runs.start(job_id, dry_run=dry_run, force=force)
-    except runs.QueueUnavailable as exc:
-        raise ApiError(503, str(exc), headers={"Retry-After": "5"}) from None
+        job = services.show_job(job_id, now=timezone.now())
+        if job.get("paused"):
+            raise services.JobPaused(job_id, job.get("paused_reason") or "")
+    task_id = runs.start(job_id, dry_run=dry_run, force=force)
     outcome = runs.wait(task_id) if wait else None
     if outcome is None:
-        return 202, _enqueued(job_id, task_id)
-    return 200, _tick(job_id, outcome)
+        url = f"/api/pollers/{job_id}/runs/{task_id}"
+        response["Location"] = url
+        return Status(202, Enqueued(job_id=job_id, task_id=task_id, status_url=url))
+    return Status(200, _tick(job_id, outcome))
 
 
-def run_poller(p: Principal, job_id: str, body: RunRequest) -> tuple[int, BaseModel]:
-    return _run(job_id, dry_run=False, force=body.force, wait=body.wait)
+RUN_ANSWERS = {200: TickResult, 202: Enqueued}
 
 
-def dry_run_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
-    return _run(job_id, dry_run=True, force=False, wait=True)
+@pollers.post("/pollers/{job_id}/run", response=RUN_ANSWERS, auth=Gate(OPERATE, body=True),
+              summary="Tick now on a worker (bypasses schedule, lease and breaker); "
+              "202 while it runs")  # fmt: skip
+def run_poller(request: HttpRequest, response: HttpResponse, job_id: str = JobId,
+               body: RunRequest = OPTIONAL_BODY) -> Status[Any]:  # fmt: skip
+    body = body or RunRequest()
+    return _run(job_id, response, dry_run=False, force=body.force, wait=body.wait)
 
 
-def run_status(p: Principal, job_id: str, task_id: str) -> tuple[int, BaseModel]:
+@pollers.post("/pollers/{job_id}/dry-run", response=RUN_ANSWERS, auth=Gate(OPERATE),
+              summary="Run the poller on a worker, commit nothing; 202 while it runs")  # fmt: skip
+def dry_run_poller(request: HttpRequest, response: HttpResponse,
+                   job_id: str = JobId) -> Status[Any]:  # fmt: skip
+    return _run(job_id, response, dry_run=True, force=False, wait=True)
+
+
+@pollers.get("/pollers/{job_id}/runs/{task_id}", response=RunState, auth=Gate(OPERATE),
+             summary="A run's state, and its result once done "
+             "(the status_url of a 202)")  # fmt: skip
+def run_status(request: HttpRequest, job_id: str = JobId, task_id: str = TaskId) -> RunState:
     found = runs.status(job_id, task_id)
     if found is None:
         raise ApiError(404, f"no run {task_id} of job {job_id!r}")
@@ -132,105 +148,54 @@ def run_status(p: Principal, job_id: str, task_id: str) -> tuple[int, BaseModel]
             out.result = _tick(job_id, found.outcome)
         except ApiError as exc:
             out.state, out.error = "failed", exc.message
-    return 200, out
+    return out
 
 
 def _done(job_id: str, action: str) -> Done:
-    job = PollJob.objects.get(job_id=job_id)
-    state = PollState.objects.filter(job_id=job_id).first()
-    view = services.job_view(job, state, now=timezone.now())
+    view = services.show_job(job_id, now=timezone.now())
     return Done(job_id=job_id, action=action, job=Job(**view))  # type: ignore[arg-type]
 
 
-def pause_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
-    services.pause_job(job_id, reason=f"paused via the API by {p.name}")
-    return 200, _done(job_id, "paused")
+@pollers.post("/pollers/{job_id}/pause", response=Done, auth=Gate(OPERATE),
+              summary="Stop ticking the job (state kept)")  # fmt: skip
+def pause_poller(request: HttpRequest, job_id: str = JobId) -> Done:
+    services.pause_job(job_id, reason=f"paused via the API by {request.auth.name}")  # type: ignore[attr-defined]
+    return _done(job_id, "paused")
 
 
-def resume_poller(p: Principal, job_id: str) -> tuple[int, BaseModel]:
+@pollers.post("/pollers/{job_id}/resume", response=Done, auth=Gate(OPERATE),
+              summary="Tick again (errors and breaker cleared)")  # fmt: skip
+def resume_poller(request: HttpRequest, job_id: str = JobId) -> Done:
     services.resume_job(job_id)
-    return 200, _done(job_id, "resumed")
+    return _done(job_id, "resumed")
 
 
-def reset_poller(p: Principal, job_id: str, body: ResetRequest) -> tuple[int, BaseModel]:
+@pollers.post("/pollers/{job_id}/reset", response=Done, auth=Gate(OPERATE, body=True),
+              summary='Clear cursor, errors and breaker (needs {"confirm": true})')  # fmt: skip
+def reset_poller(request: HttpRequest, job_id: str = JobId,
+                 body: ResetRequest = OPTIONAL_BODY) -> Done:  # fmt: skip
+    if body is None:  # no body: {} (ninja would call the whole body missing)
+        ResetRequest.model_validate({})
     services.reset_job(job_id)
-    return 200, _done(job_id, "reset")
-
-
-def reload_pollers(p: Principal, body: ReloadRequest) -> tuple[int, BaseModel]:
-    if not body.dry_run:
-        p.require(RELOAD)
-    res = services.reload_config(now=timezone.now(), dry_run=body.dry_run, strict=body.strict)
-    return 200, ReloadPlan(**res.as_dict())
+    return _done(job_id, "reset")
 
 
 # --- the outbox --------------------------------------------------------------------
-def _row(d: Delivery) -> DeliveryRow:
-    def iso(v: Any) -> str | None:
-        return v.isoformat() if v else None
-
-    return DeliveryRow(
-        id=str(d.id), job_id=d.job_id, agent=d.agent, purpose=d.purpose, channel=d.channel,
-        recipient=d.recipient, status=d.status, attempts=d.attempts, last_error=d.last_error,
-        next_attempt_at=iso(d.next_attempt_at), created_at=iso(d.created_at),
-        sent_at=iso(d.sent_at),
-    )  # fmt: skip
+@deliveries.get("/deliveries", response=DeliveryPage, summary="Outbox rows, newest first",
+                auth=Gate(VIEW_OUTBOX, query=DeliveryQuery))  # fmt: skip
+def list_deliveries(request: HttpRequest, query: Query[DeliveryQuery]) -> DeliveryPage:
+    page = services.query_deliveries(**query.model_dump())
+    return DeliveryPage(items=page.items, next_after=page.next_after)  # type: ignore[arg-type]
 
 
-def list_deliveries(p: Principal, query: DeliveryQuery) -> tuple[int, BaseModel]:
-    rows = Delivery.objects.order_by("-created_at", "-id").defer("payload")
-    if query.status is not None:
-        rows = rows.filter(status=query.status)
-    if query.job_id is not None:
-        rows = rows.filter(job_id=query.job_id)
-    if query.after is not None:
-        last = Delivery.objects.filter(id=query.after).values_list("created_at", "id").first()
-        if last is None:
-            raise ApiError(404, f"after: no delivery {query.after}")
-        rows = rows.filter(Q(created_at__lt=last[0]) | Q(created_at=last[0], id__lt=last[1]))
-    page = list(rows[: query.limit + 1])
-    more = len(page) > query.limit
-    page = page[: query.limit]
-    return 200, DeliveryPage(
-        items=[_row(d) for d in page], next_after=str(page[-1].id) if more else None
-    )
-
-
-def redeliver(p: Principal, delivery_id: str, body: RedeliverRequest) -> tuple[int, BaseModel]:
+@deliveries.post("/deliveries/{delivery_id}/redeliver", response=Redelivered,
+                 auth=Gate(REDELIVER, body=True),
+                 summary="Send a row again under the same delivery id (a sent one only "
+                 "with force)")  # fmt: skip
+def redeliver(request: HttpRequest, delivery_id: str = DeliveryId,
+              body: RedeliverRequest = OPTIONAL_BODY) -> Redelivered:  # fmt: skip
     """``services.redeliver``: a dead, held or pending row back to pending, attempts reset,
     queued under its own id; a sent row only with ``force``; a row being sent: 409."""
+    body = body or RedeliverRequest()
     ids = services.redeliver([delivery_id], force=body.force, now=timezone.now())
-    return 200, Redelivered(redelivered=[str(i) for i in ids])
-
-
-J = "/api/pollers/{job_id}"
-ROUTES = [
-    Route("GET", "/api/pollers", list_pollers, "List jobs (paginated, filtered)", VIEW,
-          {200: JobPage}, query=JobQuery, tags=("pollers",)),
-    Route("POST", "/api/pollers/reload", reload_pollers,
-          "Re-read pollers.yaml: the plan, applied unless dry_run", VIEW, {200: ReloadPlan},
-          body=ReloadRequest, tags=("pollers",)),
-    Route("GET", J, show_poller, "One job with its config, state and cursor", VIEW,
-          {200: JobDetail}, tags=("pollers",)),
-    Route("POST", J + "/run", run_poller,
-          "Tick now on a worker (bypasses schedule, lease and breaker); 202 while it runs",
-          OPERATE, {200: TickResult, 202: Enqueued}, body=RunRequest, tags=("pollers",)),
-    Route("POST", J + "/dry-run", dry_run_poller,
-          "Run the poller on a worker, commit nothing; 202 while it runs", OPERATE,
-          {200: TickResult, 202: Enqueued}, tags=("pollers",)),
-    Route("GET", J + "/runs/{task_id}", run_status,
-          "A run's state, and its result once done (the status_url of a 202)", OPERATE,
-          {200: RunState}, tags=("pollers",)),
-    Route("POST", J + "/pause", pause_poller, "Stop ticking the job (state kept)", OPERATE,
-          {200: Done}, tags=("pollers",)),
-    Route("POST", J + "/resume", resume_poller, "Tick again (errors and breaker cleared)",
-          OPERATE, {200: Done}, tags=("pollers",)),
-    Route("POST", J + "/reset", reset_poller,
-          'Clear cursor, errors and breaker (needs {"confirm": true})', OPERATE, {200: Done},
-          body=ResetRequest, tags=("pollers",)),
-    Route("GET", "/api/deliveries", list_deliveries, "Outbox rows, newest first", VIEW_OUTBOX,
-          {200: DeliveryPage}, query=DeliveryQuery, tags=("deliveries",)),
-    Route("POST", "/api/deliveries/{delivery_id}/redeliver", redeliver,
-          "Send a row again under the same delivery id (a sent one only with force)", REDELIVER,
-          {200: Redelivered}, body=RedeliverRequest, tags=("deliveries",)),
-]  # fmt: skip
+    return Redelivered(redelivered=[str(i) for i in ids])

@@ -248,3 +248,15 @@ def _as_utc(value: datetime, name: str) -> datetime:
     if value.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime, got naive {value!r}")
     return value.astimezone(UTC)
+
+
+#: the breaker as operators read it (CLI, admin, API, MCP), and as a metric's value
+BREAKER_LABELS = {"closed": 0, "half-open": 1, "open": 2}
+
+
+def breaker_label(open_until: datetime | None, *, now: datetime) -> str:
+    """``closed``, ``open`` (before ``open_until``) or ``half-open`` (from then on): the one
+    label every operator surface shows."""
+    if open_until is None:
+        return "closed"
+    return "open" if now < open_until else "half-open"

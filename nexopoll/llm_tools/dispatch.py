@@ -25,8 +25,7 @@ from django.utils import timezone
 from nexopoll import services
 from nexopoll.core.errors import ConfigError
 from nexopoll.core.redact import redact
-from nexopoll.masking import redact_tree, secrets_for
-from nexopoll.models import PollJob, PollState
+from nexopoll.services.masking import redact_tree, secrets_for
 
 from .specs import BUILTIN_SCHEMAS, JOB_ID_PATTERN, Tool
 from .strict import check_arguments
@@ -64,13 +63,10 @@ class ToolError(Exception):
 
 # --- scope -------------------------------------------------------------------------
 def _jobs_in_scope(agent: str | None):  # type: ignore[no-untyped-def]
-    jobs = PollJob.objects.all()
-    if agent is not None and not settings.NEXOPOLL_TOOLS_ALL_JOBS:
-        jobs = jobs.filter(agent=agent)
-    return jobs
+    return services.kinds.jobs_of(None if settings.NEXOPOLL_TOOLS_ALL_JOBS else agent)
 
 
-def _job(job_id: str, agent: str | None) -> PollJob:
+def _job(job_id: str, agent: str | None) -> Any:
     if not re.fullmatch(JOB_ID_PATTERN.strip("^$"), job_id):
         raise ToolError("invalid_arguments", f"id: not a job id: {job_id[:120]!r}")
     job = _jobs_in_scope(agent).filter(job_id=job_id).first()
@@ -81,7 +77,7 @@ def _job(job_id: str, agent: str | None) -> PollJob:
     return job
 
 
-# --- redaction: nexopoll.masking (one rule for every surface) ----------------------
+# --- redaction: nexopoll.services.masking (one rule for every surface) ----------------------
 
 
 # --- the built-in tools ------------------------------------------------------------
@@ -92,25 +88,12 @@ def _summary(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def pollers_list(args: dict[str, Any], agent: str | None, confirm: Confirm | None) -> Any:
-    jobs = _jobs_in_scope(agent).order_by("job_id")
-    if "kind" in args:
-        jobs = jobs.filter(kind=args["kind"])
-    states = PollState.objects.all()
-    if "paused" in args:
-        states = states.filter(paused=args["paused"])
-    if "status" in args:
-        states = states.filter(last_status="" if args["status"] == "never" else args["status"])
-    if "paused" in args or "status" in args:
-        jobs = jobs.filter(job_id__in=states.values("job_id"))
-    if "after" in args:
-        jobs = jobs.filter(job_id__gt=args["after"])
-    limit = args.get("limit", 50)
-    page = list(jobs[: limit + 1])
-    more, page = len(page) > limit, page[:limit]
-    found = {s.job_id: s for s in PollState.objects.filter(job_id__in=[j.job_id for j in page])}
-    now = timezone.now()
-    views = [_summary(services.job_view(j, found.get(j.job_id), now=now)) for j in page]
-    return page, {"jobs": views, "next_after": page[-1].job_id if more else None}
+    page = services.query_jobs(
+        now=timezone.now(), scope=_jobs_in_scope(agent), kind=args.get("kind"),
+        paused=args.get("paused"), status=args.get("status"), after=args.get("after"),
+        limit=args.get("limit", 50),
+    )  # fmt: skip
+    return page.rows, {"jobs": [_summary(v) for v in page.items], "next_after": page.next_after}
 
 
 def pollers_show(args: dict[str, Any], agent: str | None, confirm: Confirm | None) -> Any:
@@ -122,13 +105,14 @@ def pollers_run(args: dict[str, Any], agent: str | None, confirm: Confirm | None
     job = _job(args["id"], agent)
     dry_run = bool(args.get("dry_run", False))
     report = services.run_job(job.job_id, now=timezone.now(), dry_run=dry_run)
+    tick = services.tick_view(report, dry_run=dry_run)
     out = {
-        "id": job.job_id, "status": report.status, "reason": report.reason,
-        "error": report.error, "dry_run": dry_run, "committed": report.committed,
-        "items_seen": report.items_seen, "items_dispatched": report.items_dispatched,
+        "id": job.job_id, "status": tick["status"], "reason": tick["reason"],
+        "error": tick["error"], "dry_run": dry_run, "committed": tick["committed"],
+        "items_seen": tick["items_seen"], "items_dispatched": tick["items_dispatched"],
         "polled_content": [
-            {"channel": d.channel, "to": d.recipient, "payload": d.payload}
-            for d in report.deliveries[:MAX_DELIVERIES_SHOWN]
+            {"channel": d["channel"], "to": d["to"], "payload": d["payload"]}
+            for d in tick["deliveries"][:MAX_DELIVERIES_SHOWN]
         ],
     }  # fmt: skip
     return [job], out
@@ -184,8 +168,6 @@ BUILTIN = [Tool(n, d, p, _HANDLERS[n]) for n, (d, p) in BUILTIN_SCHEMAS.items()]
 # --- custom tools (Poller.custom_tools) ---------------------------------------------
 def _custom(kind: str, spec: Any) -> Tool:
     def handler(args: dict[str, Any], agent: str | None, confirm: Confirm | None) -> Any:
-        from nexopoll.runtime.host import call_job_tool
-
         job_id = args.get("job_id")
         if not isinstance(job_id, str):
             raise ToolError("invalid_arguments", f"{spec.name} needs a job_id")
@@ -193,22 +175,18 @@ def _custom(kind: str, spec: Any) -> Tool:
         if job.kind != kind:
             raise ToolError("invalid_arguments", f"{spec.name} works on {kind} jobs; "
                             f"{job.job_id!r} is a {job.kind} job")  # fmt: skip
-        return [job], call_job_tool(job.job_id, spec.name, args)
+        return [job], services.kinds.call_custom_tool(job.job_id, spec.name, args)
 
     return Tool(spec.name, spec.description, spec.parameters, handler, kind=kind)
 
 
 def all_tools() -> dict[str, Tool]:
-    from nexopoll.runtime.registry import get_registry
-
     tools = {t.name: t for t in BUILTIN}
-    registry = get_registry()
-    for kind in sorted(registry.validators()):
-        for spec in registry.get(kind).custom_tools():
-            if spec.name in tools:
-                log.warning("tools.duplicate name=%s kind=%s: ignored", spec.name, kind)
-                continue
-            tools[spec.name] = _custom(kind, spec)
+    for kind, spec in services.kinds.custom_tools():
+        if spec.name in tools:
+            log.warning("tools.duplicate name=%s kind=%s: ignored", spec.name, kind)
+            continue
+        tools[spec.name] = _custom(kind, spec)
     return tools
 
 
@@ -240,9 +218,7 @@ def call_tool(
         jobs, result = tool.handler(args, agent, confirm)
     except ToolError:
         raise
-    except services.UnknownJob as exc:
-        raise ToolError("not_found", str(exc)) from None
-    except Exception as exc:
+    except Exception as exc:  # a ServiceError is a refusal; anything else a failure
         raise _failed(name, exc, secrets_for(_scope_jobs(args, agent))) from None
     return {"tool": name, "result": redact_tree(result, secrets_for(jobs)), "notice": DATA_NOTICE}
 
@@ -251,12 +227,8 @@ def _failed(name: str, exc: Exception, secrets: frozenset[str]) -> ToolError:
     """A call that raised: our words in ``message``; the exception's text (a source's or a
     poller's, so untrusted) only as data, masked."""
     text = redact(str(exc)[:2000], secrets)
-    if isinstance(exc, services.JobPaused):
-        return ToolError(
-            "conflict", f"job {exc.job_id!r} is paused: not ticked; resume it first "
-            "(the paused reason is under result)",
-            data={"paused_reason": redact(exc.reason[:2000], secrets)},
-        )  # fmt: skip
+    if isinstance(exc, services.ServiceError):  # the tools' one except ServiceError
+        return _refused(exc, text, secrets)
     if isinstance(exc, ConfigError):
         return ToolError("conflict", f"{name} refused: a configuration error (its text is "
                          "under result.error)", data={"error": text})  # fmt: skip
@@ -267,7 +239,22 @@ def _failed(name: str, exc: Exception, secrets: frozenset[str]) -> ToolError:
     )  # fmt: skip
 
 
-def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[PollJob]:
+def _refused(exc: services.ServiceError, text: str, secrets: frozenset[str]) -> ToolError:
+    """A service's refusal as a tool error: not found, invalid arguments or a conflict."""
+    if isinstance(exc, services.JobPaused):
+        return ToolError(
+            "conflict", f"job {exc.job_id!r} is paused: not ticked; resume it first "
+            "(the paused reason is under result)",
+            data={"paused_reason": redact(exc.reason[:2000], secrets)},
+        )  # fmt: skip
+    if isinstance(exc, services.NotFound):
+        return ToolError("not_found", text)
+    code = "invalid_arguments" if isinstance(exc, services.BadRequest) else "conflict"
+    return ToolError(code, f"refused ({exc.code}): the reason is under result.error",
+                     data={"error": text})  # fmt: skip
+
+
+def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[Any]:
     job_id = args.get("id") or args.get("job_id")
     return list(_jobs_in_scope(agent).filter(job_id=job_id)) if isinstance(job_id, str) else []
 

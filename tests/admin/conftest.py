@@ -14,9 +14,14 @@ def cfg(tmp_path, redis_client, transactional_db, settings) -> Config:
 
 
 def staff(username: str, *perms: str) -> User:
+    """A staff user with ``perms``: codenames of the admin's (``admin_ext``) permissions,
+    or ``app_label.codename`` (``nexopoll.operate_job``)."""
     user = User.objects.create_user(username, password="pw-" + username, is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
+    for perm in perms:
+        app, _, codename = perm.rpartition(".")
+        app = app or "admin_ext"
+        found = Permission.objects.get(codename=codename, content_type__app_label=app)
+        user.user_permissions.add(found)
     return user
 
 

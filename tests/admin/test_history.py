@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from nexopoll import operations
+from nexopoll import services
 from nexopoll.models import PollState
 from nexopoll.runtime import history, lease
 from nexopoll.runtime.tick import tick_job
@@ -30,7 +30,7 @@ def test_each_tick_appends_an_entry_with_its_start_cursor(cfg, redis_client):
     _tick(A)
     redis_client.rpush(f"test:src:{A}", 3)
     _tick(A)
-    entries = operations.tick_history(A)
+    entries = services.tick_history(A)
     assert [e.n for e in entries] == [2, 1]
     assert [(e.status, e.seen, e.dispatched) for e in entries] == [("ok", 3, 1), ("ok", 2, 2)]
     assert all(e.ms is not None and e.epoch for e in entries)
@@ -46,7 +46,7 @@ def test_history_is_capped_and_orphan_cursors_are_dropped(cfg, redis_client):
     for i in range(history.HISTORY_LEN + 30):
         redis_client.rpush(f"test:src:{A}", i + 1)
         _tick(A)
-    entries = operations.tick_history(A)
+    entries = services.tick_history(A)
     assert len(entries) == history.HISTORY_LEN
     assert entries[0].n == history.HISTORY_LEN + 30 and entries[-1].n == 31
     assert redis_client.hlen(history.cursors_key(A)) <= history.HISTORY_LEN + 21
@@ -58,8 +58,8 @@ def test_skipped_and_failed_ticks_are_recorded(cfg, redis_client):
     _tick(A)
     redis_client.set(f"test:mode:{B}", "transient")
     _tick(B)
-    assert [(e.status, e.reason) for e in operations.tick_history(A)] == [("skipped", "paused")]
-    (entry,) = operations.tick_history(B)
+    assert [(e.status, e.reason) for e in services.tick_history(A)] == [("skipped", "paused")]
+    (entry,) = services.tick_history(B)
     assert entry.status == "transient" and entry.error
 
 
@@ -71,7 +71,7 @@ def test_rewind_restores_the_start_cursor_and_fences_running_ticks(cfg, redis_cl
         _tick(A)
     before = PollState.objects.get(job_id=A)
     assert bytes(before.cursor) == b"5"
-    done = operations.rewind_job(A, tick=2)
+    done = services.rewind_job(A, tick=2)
     after = PollState.objects.get(job_id=A)
     assert done.cursor == b"2" and bytes(after.cursor) == b"2"
     assert after.epoch == before.epoch + 1  # a tick that read the old row cannot commit
@@ -84,9 +84,9 @@ def test_rewind_refuses_unknown_and_skipped_ticks(cfg, redis_client):
     cfg.reload()
     _tick(A)
     with pytest.raises(LookupError, match="skipped"):
-        operations.rewind_job(A, tick=1)
+        services.rewind_job(A, tick=1)
     with pytest.raises(LookupError, match="not in its history"):
-        operations.rewind_job(A, tick=99)
+        services.rewind_job(A, tick=99)
 
 
 def test_cli_history_preview_and_rewind(cfg, redis_client, capsys):

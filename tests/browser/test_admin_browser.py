@@ -29,7 +29,9 @@ def make_user(name: str, *perms: str, superuser: bool = False) -> User:
     user = User.objects.create_user(name, password=f"pw-{name}-1", is_staff=True,
                                     is_superuser=superuser)  # fmt: skip
     for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
+        user.user_permissions.add(
+            Permission.objects.get(codename=codename, content_type__app_label="admin_ext")
+        )
     return user
 
 

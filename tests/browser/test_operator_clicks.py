@@ -81,7 +81,9 @@ def window(browser):
 def operator() -> User:
     user = User.objects.create_user("op", password="pw-op-1", is_staff=True)
     for codename in ("view_job", "operate_job", "view_outboxrow", "redeliver"):
-        user.user_permissions.add(Permission.objects.get(codename=codename))
+        user.user_permissions.add(
+            Permission.objects.get(codename=codename, content_type__app_label="admin_ext")
+        )
     return user
 
 

@@ -123,3 +123,32 @@ def test_run_refuses_a_paused_job_unless_forced(cfg, redis_client):
     forced = json.loads(run("run", "a", "--force", "--json"))
     assert forced["status"] == "ok" and forced["committed"] and forced["next_cursor"] == "7"
     assert bytes(PollState.objects.get(job_id="a").cursor) == b"7"
+
+
+SECRET = "Sup3rS3cretCliT0ken4711"
+
+
+def test_show_and_run_never_print_a_secret_value(cfg, redis_client, monkeypatch):
+    """The value of a ``${VAR}`` the job's config references is masked in everything
+    ``show`` and ``run`` print, even where a poller echoes it (a recipient, an error)."""
+    monkeypatch.setenv("NP_CLI_TOKEN", SECRET)
+    config = {"token": "${NP_CLI_TOKEN}", "deliver": {"channel": "log", "to": "ops"}}
+    cfg.write([scripted("a", config=config)])
+    cfg.reload()
+    redis_client.set("test:recipient:a", f"ops-{SECRET}")  # a poller echoing its secret
+    redis_client.rpush("test:src:a", 1, 2)
+    printed = [
+        run("run", "a", "--dry-run"), run("run", "a", "--dry-run", "--json"),
+        run("run", "a", "--json"), run("show", "a"), run("show", "a", "--json"),
+    ]  # fmt: skip
+    dry = json.loads(printed[1])
+    assert [d["to"] for d in dry["deliveries"]] == ["ops-***"] * 2  # masked, not dropped
+    assert json.loads(printed[4])["config"]["token"] == "${NP_CLI_TOKEN}"
+    redis_client.set("test:mode:a", "raise")
+    redis_client.set("test:raise:a", f"upstream said {SECRET}")
+    with pytest.raises(CommandError) as failed:
+        run("run", "a")
+    printed += [str(failed.value), run("show", "a"), run("list", "--json")]
+    assert "upstream said" in printed[-3]
+    for out in printed:
+        assert SECRET not in out

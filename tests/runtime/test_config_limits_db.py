@@ -43,7 +43,8 @@ def longest_job(to: str = "r" * 500, alert_to: str = "f" * 500) -> dict:
     ],
 )
 def test_columns_and_validation_share_one_limit(model, field, limit):
-    assert model._meta.get_field(field).max_length == limit
+    column = model._meta.get_field(field)  # a relation's column is its target's
+    assert getattr(column, "target_field", column).max_length == limit
 
 
 def test_a_job_at_every_maximum_length_ticks_and_commits_its_outbox_rows(cfg, redis_client):

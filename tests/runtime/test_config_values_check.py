@@ -215,7 +215,7 @@ def test_a_plain_credential_stored_before_the_rule_is_masked_when_shown(checked,
     by an older version) is shown by `pollers show` and the API with them masked."""
     from django.utils import timezone
 
-    from nexopoll import operations, services
+    from nexopoll import services
     from nexopoll.models import PollJob
 
     monkeypatch.setenv("API_TOKEN", "from-the-env")
@@ -231,4 +231,4 @@ def test_a_plain_credential_stored_before_the_rule_is_masked_when_shown(checked,
     assert shown["config"]["url"] == "https://bot:***@example.com/x?api_key=***&page=2"
     out = StringIO()
     call_command("pollers", "show", "a", stdout=out)
-    assert KEY not in out.getvalue() and KEY not in operations.definition_yaml(job)
+    assert KEY not in out.getvalue() and KEY not in services.definition_yaml(job)

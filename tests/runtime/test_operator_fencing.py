@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from nexopoll import operations, services
+from nexopoll import services
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import store
 from nexopoll.runtime.tick import tick_job
@@ -79,7 +79,7 @@ def test_every_operator_write_fences_a_tick_in_flight(cfg, redis_client, verb):
     elif verb == "reset":
         services.reset_job("a")
     else:
-        operations.rewind_job("a", tick=1)  # the first tick started from no cursor
+        services.rewind_job("a", tick=1)  # the first tick started from no cursor
     assert st("a").epoch == before + 1
     report = tick.release()
     assert report.status == "fenced" and not report.committed

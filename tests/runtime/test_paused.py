@@ -11,7 +11,7 @@ from datetime import timedelta
 from django.core.management import call_command
 from django.utils import timezone
 
-from nexopoll import operations, services
+from nexopoll import services
 from nexopoll.celery import app
 from nexopoll.models import PollState
 from nexopoll.runtime import history, keys
@@ -99,7 +99,7 @@ def test_150_paused_intervals_keep_the_real_history_and_rewind_works(cfg, redis_
     assert [e.n for e in entries] == [6, 5, 4, 3, 2, 1]
     assert entries[0].as_dict()["repeats"] == 150
     services.resume_job("a")
-    rewound = operations.rewind_job("a", tick=3)  # started from the cursor tick 2 left
+    rewound = services.rewind_job("a", tick=3)  # started from the cursor tick 2 left
     assert rewound.cursor == b"2"
     assert bytes(PollState.objects.get(job_id="a").cursor) == b"2"
 

@@ -48,7 +48,7 @@ def test_rows_are_stored_as_the_orm_stores_them(cfg):
     assert plain.failure_to is None and plain.host_limits is None and not plain.paused_on_boot
     assert PollJob.objects.filter(failure_to__isnull=True).count() == 1  # SQL NULL, not 'null'
     # state rows: the model's defaults, the hash, paused_on_boot
-    skip = ("job_id", "definition_hash", "paused", "paused_reason", "paused_by")
+    skip = ("job", "definition_hash", "paused", "paused_reason", "paused_by")  # job: its id
     default = model_to_dict(PollState(job_id="x"), exclude=skip)
     for job_id, paused in (("plain", False), ("full", True)):
         state = PollState.objects.get(job_id=job_id)
@@ -87,7 +87,7 @@ def test_a_big_reload_tells_how_it_goes(cfg, monkeypatch, redis_client):
     cfg.write([scripted(f"j{i}") for i in range(12)])
     cfg.reload(progress=lines.append)
     assert lines == []  # a small reload says nothing
-    monkeypatch.setattr(services, "PROGRESS_JOBS", 10)
+    monkeypatch.setattr(services.reload, "PROGRESS_JOBS", 10)
     monkeypatch.setattr(reloadwrite, "ROWS", 2)
     cfg.write([scripted(f"j{i}", every=30) for i in range(12)] + [scripted("new")])
     cfg.reload(progress=lines.append)

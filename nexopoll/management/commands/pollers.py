@@ -10,7 +10,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from nexopoll import services
-from nexopoll.core.config import ConfigFileError
 
 
 class Command(BaseCommand):
@@ -87,16 +86,8 @@ class Command(BaseCommand):
         verb = opts["verb"]
         try:
             getattr(self, f"do_{verb.replace('-', '_')}")(**opts)
-        except (services.UnknownJob, services.UnknownDelivery, services.JobPaused) as exc:
-            raise CommandError(str(exc)) from None
-        except (services.RedeliverRefused, services.BadRequest) as exc:
-            raise CommandError(str(exc)) from None
-        except ConfigFileError as exc:
-            raise CommandError(f"pollers.yaml rejected, nothing applied:\n{exc}") from None
-        except services.ReloadRefused as exc:
-            raise CommandError(
-                "\n".join(["reload refused (--strict):", *map(str, exc.issues)])
-            ) from None
+        except services.ServiceError as exc:  # every refusal of every verb
+            raise CommandError(exc.text) from None
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
@@ -138,39 +129,28 @@ class Command(BaseCommand):
         report = services.run_job(
             job_id, now=timezone.now(), dry_run=opts["dry_run"], force=opts["force"]
         )
-        data = {
-            "job_id": report.job_id, "status": report.status, "reason": report.reason,
-            "error": report.error, "epoch": report.epoch, "items_seen": report.items_seen,
-            "items_dispatched": report.items_dispatched, "committed": report.committed,
-            "dry_run": opts["dry_run"], "next_cursor": services.cursor_text(report.next_cursor),
-            "deliveries": [
-                {"channel": d.channel, "to": d.recipient, "payload": d.payload,
-                 "purpose": d.purpose}
-                for d in report.deliveries
-            ],
-            "delivery_ids": report.delivery_ids,
-        }  # fmt: skip
+        data = services.run_view(report, dry_run=opts["dry_run"])  # masked
         if opts["json"]:
             self._json(data)
         else:
             head = "dry run (nothing committed)" if opts["dry_run"] else "tick"
             self.stdout.write(
-                f"{head}: {report.status}  seen={report.items_seen} "
-                f"dispatched={report.items_dispatched}"
-                + (f"  error: {report.error}" if report.error else "")
+                f"{head}: {data['status']}  seen={data['items_seen']} "
+                f"dispatched={data['items_dispatched']}"
+                + (f"  error: {data['error']}" if data["error"] else "")
             )
             for d in data["deliveries"]:
                 self.stdout.write(
                     f"  → {d['channel']}:{d['to']} {json.dumps(d['payload'], ensure_ascii=False)}"
                 )
-            if report.next_cursor is None:
+            if data["next_cursor"] is None:
                 current = services.show_job(job_id, now=timezone.now())["cursor"]
                 self.stdout.write(f"  next cursor: unchanged ({current or 'no cursor yet'})")
             else:
                 self.stdout.write(f"  next cursor: {data['next_cursor']}")
         if report.status not in ("ok", "skipped"):
             raise CommandError(
-                f"tick of {job_id} ended {report.status}: {report.error or report.reason}"
+                f"tick of {job_id} ended {data['status']}: {data['error'] or data['reason']}"
             )
 
     def do_pause(self, job_id: str, **opts: Any) -> None:
@@ -240,9 +220,7 @@ class Command(BaseCommand):
         import_legacy_command(self, path, write=opts["write"])
 
     def do_preview(self, job_id: str, **opts: Any) -> None:
-        from nexopoll import operations
-
-        times = operations.preview_job(job_id, now=timezone.now(), count=opts["count"])
+        times = services.preview_job(job_id, now=timezone.now(), count=opts["count"])
         if opts["json"]:
             return self._json([t.as_dict() for t in times])
         if not times:
@@ -253,9 +231,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{local:32} {utc}" + (f"  ! {t.note}" if t.note else ""))
 
     def do_history(self, job_id: str, **opts: Any) -> None:
-        from nexopoll import operations
-
-        entries = operations.tick_history(job_id, opts["limit"])
+        entries = services.tick_history(job_id, opts["limit"])
         if opts["json"]:
             return self._json([e.as_dict() for e in entries])
         if not entries:
@@ -268,20 +244,15 @@ class Command(BaseCommand):
             )
 
     def do_rewind(self, job_id: str, **opts: Any) -> None:
-        from nexopoll import operations
-
         if not opts["yes"]:
             raise CommandError(
                 f"rewind replaces the cursor of {job_id} with the one tick {opts['to']} "
                 "started from: confirm with --yes"
             )
-        try:
-            done = operations.rewind_job(job_id, tick=opts["to"], actor="cli")
-        except LookupError as exc:
-            raise CommandError(str(exc)) from None
+        done = services.rewind_job(job_id, tick=opts["to"], actor="cli")
         self.stdout.write(
             f"rewound {job_id} to tick #{done.tick} ({done.tick_at:%Y-%m-%d %H:%M:%S} UTC): "
-            f"cursor {services.cursor_text(done.cursor) or 'cleared'}"
+            f"cursor {services.redact(services.cursor_text(done.cursor), [job_id]) or 'cleared'}"
         )
 
     def do_deliveries(self, **opts: Any) -> None:
@@ -325,12 +296,8 @@ class Command(BaseCommand):
     def do_plugins(self, **opts: Any) -> None:
         from django.conf import settings
 
-        from nexopoll.plugins.status import rows
-        from nexopoll.runtime.redis import get_redis
-        from nexopoll.runtime.registry import builtin_sources
-
         plugins_dir = settings.NEXOPOLL_PLUGINS_DIR
-        found = rows(plugins_dir, builtin_sources(), get_redis())
+        found = services.kinds.plugin_rows()
         if opts["json"]:
             return self._json(found)
         if not found:
@@ -353,9 +320,4 @@ class Command(BaseCommand):
 
 
 def _plugin_problems() -> list[str]:
-    from django.conf import settings
-
-    from nexopoll.plugins.status import problems
-    from nexopoll.runtime.registry import builtin_sources
-
-    return problems(settings.NEXOPOLL_PLUGINS_DIR, builtin_sources())
+    return services.kinds.plugin_problems()
