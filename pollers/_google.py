@@ -18,7 +18,8 @@
 - **HTTP.** Every request (token endpoint included: google-auth is handed
   :class:`NetRequest`) goes through :func:`nexopoll.net.http.fetch`, with its
   deadline, byte caps and redirect rules. The API bases come from the
-  environment (``NEXOPOLL_GMAIL_API_BASE``, ``NEXOPOLL_GCAL_API_BASE``) and the
+  settings (``NEXOPOLL_GMAIL_API_BASE``, ``NEXOPOLL_GCAL_API_BASE`` in the
+  environment, through :func:`nexopoll.net.api_base`) and the
   token URI from the operator's token file: both are trusted like the rest of
   the environment, so private addresses are allowed for them (metadata
   addresses stay refused); nothing here takes a URL from fetched content.
@@ -46,11 +47,12 @@ from google.oauth2.credentials import Credentials
 
 from nexopoll.core.contract import CancelToken
 from nexopoll.core.errors import CredentialsMissingError, PermanentError, TransientError
+from nexopoll.net import api_base as net_api_base
 from nexopoll.net import http
 
-GMAIL_BASE_ENV = "NEXOPOLL_GMAIL_API_BASE"
+GMAIL_API = "gmail"  # its base: NEXOPOLL_GMAIL_API_BASE (nexopoll.net.api_base)
 GMAIL_BASE_DEFAULT = "https://gmail.googleapis.com"
-GCAL_BASE_ENV = "NEXOPOLL_GCAL_API_BASE"
+GCAL_API = "gcal"  # its base: NEXOPOLL_GCAL_API_BASE
 GCAL_BASE_DEFAULT = "https://www.googleapis.com/calendar/v3"
 GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 API_MAX_BYTES = 10 * 1024 * 1024
@@ -70,13 +72,9 @@ class NotFoundError(PermanentError):
     """HTTP 404 from a Google API (a deleted message, an unknown calendar)."""
 
 
-def api_base(env_name: str, default: str) -> str:
-    """The operator's API base URL from the environment (no trailing slash)."""
-    value = (os.environ.get(env_name) or default).strip().rstrip("/")
-    scheme = value.partition("://")[0].lower()
-    if scheme not in ("http", "https") or "://" not in value:
-        raise PermanentError(f"{env_name} must be an http(s) URL")
-    return value
+def api_base(provider: str, default: str) -> str:
+    """The API base URL (no trailing slash): the operator's setting, else ``default``."""
+    return net_api_base(provider, default).url
 
 
 @dataclass(frozen=True)

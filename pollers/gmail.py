@@ -231,7 +231,7 @@ class GmailPoller(ConfiguredPoller):
 
 def _api(binding: dict[str, Any], cancel: CancelToken) -> _google.GoogleAPI:
     client = _google.auth_client(_google.GoogleBinding.from_credentials(binding))
-    base = _google.api_base(_google.GMAIL_BASE_ENV, _google.GMAIL_BASE_DEFAULT)
+    base = _google.api_base(_google.GMAIL_API, _google.GMAIL_BASE_DEFAULT)
     return _google.GoogleAPI(client, base, cancel)
 
 

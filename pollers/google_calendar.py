@@ -84,7 +84,7 @@ class GoogleCalendarPoller(ConfiguredPoller):
         cfg = self.parse_config(ctx.config)
         cur = decode_cursor(ctx.cursor)
         binding = _google.GoogleBinding.from_credentials(ctx.host.credentials_get("google"))
-        base = _google.api_base(_google.GCAL_BASE_ENV, _google.GCAL_BASE_DEFAULT)
+        base = _google.api_base(_google.GCAL_API, _google.GCAL_BASE_DEFAULT)
         api = _google.GoogleAPI(_google.auth_client(binding), base, ctx.cancel)
         path = f"/calendars/{quote(cfg.calendar_id, safe='')}/events"
         try:
