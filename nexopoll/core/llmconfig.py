@@ -199,21 +199,3 @@ def reply_from_json(doc: Any, provider: str) -> dict[str, Any]:
         "finish_reason": choice.get("finish_reason"),
     }
 
-
-def check_llm_section(doc: Any, source: str, env: Mapping[str, str]) -> None:
-    """The ``pollers.yaml`` hook: raise ConfigFileError (file:line) for a bad ``llm:`` section.
-
-    ``doc`` is the loaded :class:`~nexopoll.core.yamlsrc.SourceDoc`.
-    """
-    if not isinstance(doc.value, dict) or "llm" not in doc.value:
-        return
-    _, problems = parse_llm(doc.value["llm"], env)
-    if not problems:
-        return
-    from .config import ConfigFileError, ConfigIssue  # config imports this module
-
-    raise ConfigFileError([
-        ConfigIssue(source, doc.line_of(("llm", *rel)), None,
-                    "llm" + "".join(f".{p}" for p in rel), message)
-        for rel, message in problems
-    ])  # fmt: skip

@@ -39,11 +39,11 @@ from pydantic import ValidationError
 from ..bindings import BUILTIN_BINDING_SCHEMAS, BindingSchemas
 from ..envrefs import env_refs, expand_env, expand_text, is_secret_key, ref_strings
 from ..limits import AGENT_ID_RE, CHANNEL_RE, JOB_ID_RE
-from ..llmconfig import check_llm_section
 from ..schedule import MAX_EVERY_SECS
 from ..yamlsrc import SourceDoc, YamlSourceError, load_yaml
 from .agents import KnownAgents, file_error, load_agents
 from .jobs import JobLoader
+from .llm import check_llm_section
 from .model import (
     MAX_JITTER_MS,
     MAX_JOBS,
@@ -125,7 +125,7 @@ def load_config(
     if doc.value is None:
         return LoadedConfig(PollersSettings(enabled=False), {}, {}, [])
     _check_top_level(doc, source)
-    check_llm_section(doc, source, env)  # the top-level llm: section (core/llmconfig.py)
+    check_llm_section(doc, source, env)  # the top-level llm: section (config/llm.py)
     settings, raw_jobs = _load_settings(doc, source)
     schemas = BUILTIN_BINDING_SCHEMAS if channels is None else channels
     agents, bad_agents, issues = load_agents(doc, source, env, schemas)
