@@ -57,5 +57,5 @@ class IncidentPoller(ConfiguredPoller):
             payload = {"text": text, "item_id": str(item["id"]), "job_id": ctx.job_id}
             ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
         ring = seen.remember(str(i["id"]) for i in fresh)
-        return TickAck(next_cursor=CODEC.encode({"seen": list(ring.keys)}) if fresh else None,
+        return TickAck(next_cursor=CODEC.encode({"seen": ring}) if fresh else None,
                        items_seen=len(incidents), items_dispatched=len(fresh))  # fmt: skip

@@ -226,7 +226,16 @@ class CursorCodec:
         return PermanentError(f"{self.kind} cursor {problem}; reset the job")
 
     def encode(self, fields: Mapping[str, Any]) -> bytes:
-        doc = {"v": self.version, **{k: v for k, v in fields.items() if k != "v"}}
+        """``{"v": version, **fields}`` as compact JSON; a :class:`SeenRing` value is
+        stored as its list of keys."""
+        doc = {
+            "v": self.version,
+            **{
+                k: list(v.keys) if isinstance(v, SeenRing) else v
+                for k, v in fields.items()
+                if k != "v"
+            },
+        }
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
     def decode(self, raw: bytes | None) -> dict[str, Any] | None:

@@ -55,6 +55,7 @@ def test_codec_round_trip_puts_the_version_first() -> None:
     assert codec.decode(None) is None
     assert codec.seen(codec.decode(raw), 5) == SeenRing(5, ("é",))
     assert codec.seen(None, 5) == SeenRing(5)
+    assert codec.encode({"seen": SeenRing(5, ("a", "b"))}) == b'{"v":1,"seen":["a","b"]}'
 
 
 @pytest.mark.parametrize(
