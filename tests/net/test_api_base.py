@@ -3,15 +3,20 @@ same way for the channels (telegram, whatsapp, slack) and the Google pollers."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.conf import settings
 
 from nexopoll.apps import net_options_from_settings
-from nexopoll.channels import slack, telegram, whatsapp
+from nexopoll.channels import OutboundMessage, get_channel, slack, telegram, whatsapp
+from nexopoll.core.contract import CancelToken, PollContext
 from nexopoll.core.errors import PermanentError
 from nexopoll.net import ApiBase, api_base, options
 from nexopoll.net.transport import Guard, new_session
 from pollers import _google
+from pollers.gmail import GmailPoller
 from tests.support.apibases import point_api
 
 
@@ -71,3 +76,33 @@ def test_without_a_registered_source_the_defaults_apply(monkeypatch) -> None:
     options.use_options(None)
     assert options.current() == options.NetOptions()
     assert api_base("slack", "https://slack.com/api") == ("https://slack.com/api", False)
+
+
+def test_a_channel_send_with_a_bad_base_fails_permanently_without_a_request(monkeypatch):
+    point_api(monkeypatch, "telegram", "telegram.internal:8080")  # no scheme
+    message = OutboundMessage(
+        delivery_id="d-1", job_id="j", agent="ana", channel="telegram", recipient="42",
+        payload={"text": "hi"}, attempt=1,
+    )  # fmt: skip
+    binding = {"account": "bot", "token": "111:AAAA-token"}
+    with pytest.raises(PermanentError, match="NEXOPOLL_TELEGRAM_API_BASE must be an http"):
+        get_channel("telegram").send(message, binding, deadline_secs=5)
+
+
+def test_a_gmail_tick_with_a_bad_base_fails_permanently(monkeypatch, tmp_path):
+    point_api(monkeypatch, "gmail", "ftp://mail.internal/")
+    token = tmp_path / "token.json"
+    token.write_text('{"refresh_token": "r", "client_id": "c", "client_secret": "s"}')
+
+    class Host:
+        def credentials_get(self, name):
+            return {"token_path": str(token)}
+
+    ctx = PollContext(
+        job_id="g", agent_id="ana", kind="gmail",
+        config={"deliver": {"channel": "log", "to": "ops"}}, cursor=None,
+        now=datetime(2026, 1, 1, tzinfo=UTC), interval_hint=timedelta(seconds=60),
+        cancel=CancelToken(deadline=time.monotonic() + 10), host=Host(),
+    )  # fmt: skip
+    with pytest.raises(PermanentError, match="NEXOPOLL_GMAIL_API_BASE must be an http"):
+        GmailPoller().tick(ctx)
