@@ -113,7 +113,8 @@ class SeenRing:
     evicts the oldest entries first, except those in ``keep`` (ids still listed
     upstream: forgetting one would deliver its item again), so the ring may exceed
     ``capacity`` by the kept ones. Every method returns a new ring; ``keys`` (a
-    list) is what goes into the cursor (:meth:`CursorCodec.seen` reads it back).
+    tuple, stored as a JSON list by :meth:`CursorCodec.encode`) is what goes into the
+    cursor, and :meth:`CursorCodec.seen` reads it back.
 
     Examples:
         >>> ring = SeenRing(2).remember(["a", "b", "c"])
