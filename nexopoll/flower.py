@@ -7,6 +7,10 @@
   ``NEXOPOLL_FLOWER_PORT`` (default 5555).
 - The credentials reach Flower through its environment (``FLOWER_BASIC_AUTH``),
   never the command line, where ``ps`` would show them.
+
+The four variables are read by ``nexopoll/settings.py`` (``NEXOPOLL_FLOWER_*``);
+this launcher takes their values from the settings and copies its own
+environment only to hand it to Flower's process.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from django.conf import settings
 
 _PAIR = re.compile(r"[^:,\s]+:[^,\s]+")
 # ``celery`` in a non-dumpable process: a plugin cannot read Flower's environment
@@ -23,30 +31,54 @@ _CELERY = (
 )
 
 
-def flower_command(env: dict[str, str], extra: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The command and environment that start Flower, or SystemExit with the reason."""
-    auth = env.get("NEXOPOLL_FLOWER_BASIC_AUTH", "")
+@dataclass(frozen=True)
+class FlowerSettings:
+    """``NEXOPOLL_FLOWER_BASIC_AUTH``, ``_INSECURE``, ``_ADDRESS`` and ``_PORT``."""
+
+    basic_auth: str = ""
+    insecure: bool = False
+    address: str = "127.0.0.1"
+    port: int = 5555
+
+    @classmethod
+    def from_django(cls) -> FlowerSettings:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
+        return cls(  # read lazily: the launcher needs no django.setup()
+            settings.NEXOPOLL_FLOWER_BASIC_AUTH,
+            settings.NEXOPOLL_FLOWER_INSECURE,
+            settings.NEXOPOLL_FLOWER_ADDRESS,
+            settings.NEXOPOLL_FLOWER_PORT,
+        )
+
+
+def flower_command(
+    conf: FlowerSettings, env: Mapping[str, str], extra: list[str]
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment (``env`` plus the credentials) that start Flower,
+    or SystemExit with the reason."""
+    auth = conf.basic_auth
     child = dict(env)
     if auth:
         if not all(_PAIR.fullmatch(p) for p in auth.split(",")):
             raise SystemExit("NEXOPOLL_FLOWER_BASIC_AUTH must be user:password[,user:password…]")
         child["FLOWER_BASIC_AUTH"] = auth
-    elif env.get("NEXOPOLL_FLOWER_INSECURE") != "1":
+    elif not conf.insecure:
         raise SystemExit(
             "Flower not started: set NEXOPOLL_FLOWER_BASIC_AUTH=user:password "
             "(or NEXOPOLL_FLOWER_INSECURE=1 to run it without authentication)"
         )
     cmd = [
         sys.executable, "-c", _CELERY, "-A", "nexopoll", "flower",
-        f"--address={env.get('NEXOPOLL_FLOWER_ADDRESS', '127.0.0.1')}",
-        f"--port={env.get('NEXOPOLL_FLOWER_PORT', '5555')}",
+        f"--address={conf.address}",
+        f"--port={conf.port}",
         "--max_tasks=10000", "--purge_offline_workers=60", *extra,
     ]  # fmt: skip
     return cmd, child
 
 
 def main() -> None:
-    cmd, env = flower_command(dict(os.environ), sys.argv[1:])
+    # the child process's environment is this one's (Celery reads its settings there)
+    cmd, env = flower_command(FlowerSettings.from_django(), os.environ, sys.argv[1:])
     os.execve(cmd[0], cmd, env)
 
 

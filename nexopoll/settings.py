@@ -258,6 +258,30 @@ NEXOPOLL_API_RATE_PER_MIN = env_int("NEXOPOLL_API_RATE_PER_MIN", 600)
 NEXOPOLL_RUN_WAIT_SECS = env_float("NEXOPOLL_RUN_WAIT_SECS", 20.0)
 NEXOPOLL_TOOLS_ALL_JOBS = env_bool("NEXOPOLL_TOOLS_ALL_JOBS", False)
 
+# --- read for nexopoll.net (given to it by nexopoll/apps.py at use time) and Flower ----
+# Provider API base URLs set by the operator (trusted: may be private or loopback), by
+# provider name; unset ones use the provider's public URL (nexopoll.net.api_base).
+NEXOPOLL_API_BASES = {
+    name: value
+    for name, value in {
+        "telegram": env_str("NEXOPOLL_TELEGRAM_API_BASE", ""),
+        "whatsapp": env_str("NEXOPOLL_WHATSAPP_API_BASE", ""),
+        "slack": env_str("NEXOPOLL_SLACK_API_BASE", ""),
+        "gmail": env_str("NEXOPOLL_GMAIL_API_BASE", ""),
+        "gcal": env_str("NEXOPOLL_GCAL_API_BASE", ""),
+    }.items()
+    if value.strip()
+}
+# Idle connections of the shared HTTP sessions, per worker process.
+NEXOPOLL_HTTP_POOL_HOSTS = env_int("NEXOPOLL_HTTP_POOL_HOSTS", 200)
+NEXOPOLL_HTTP_POOL_PER_HOST = env_int("NEXOPOLL_HTTP_POOL_PER_HOST", 64)
+# Flower (python -m nexopoll.flower): basic auth "user:password[,…]", required unless
+# NEXOPOLL_FLOWER_INSECURE=1; where it listens.
+NEXOPOLL_FLOWER_BASIC_AUTH = env_str("NEXOPOLL_FLOWER_BASIC_AUTH", "")
+NEXOPOLL_FLOWER_INSECURE = env_str("NEXOPOLL_FLOWER_INSECURE", "") == "1"
+NEXOPOLL_FLOWER_ADDRESS = env_str("NEXOPOLL_FLOWER_ADDRESS", "127.0.0.1")
+NEXOPOLL_FLOWER_PORT = env_int("NEXOPOLL_FLOWER_PORT", 5555)
+
 # --- Celery -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Every Redis key nexopoll writes starts with this (leases, rate limits, politeness,

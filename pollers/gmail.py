@@ -46,7 +46,6 @@ Behaviour chosen where the seeds are silent or weak:
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any
@@ -55,15 +54,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import model_validator as _model_validator
 
 from nexopoll.core.contract import CancelToken, PollContext, TickAck, ToolSpec
-from nexopoll.core.errors import CredentialsMissingError, PermanentError
+from nexopoll.core.errors import CredentialsMissingError
 from nexopoll.core.templates import TemplateError, check_template, message_payload
 
 from . import _google
-from ._base import ConfiguredPoller
+from ._base import ConfiguredPoller, CursorCodec, DeliverTarget, SeenRing
 from ._mail import BUILTIN_FIELDS, MailMessage, parse_message, sender_allowed
-from .webhook_poll import DeliverTarget
 
-CURSOR_VERSION = 1
+CODEC = CursorCodec("gmail")
+CURSOR_VERSION = CODEC.version
 SEEN_CAPACITY = 5000
 LIST_PAGE_SIZE = 100
 MAX_LIST_PAGES = 10
@@ -232,7 +231,7 @@ class GmailPoller(ConfiguredPoller):
 
 def _api(binding: dict[str, Any], cancel: CancelToken) -> _google.GoogleAPI:
     client = _google.auth_client(_google.GoogleBinding.from_credentials(binding))
-    base = _google.api_base(_google.GMAIL_BASE_ENV, _google.GMAIL_BASE_DEFAULT)
+    base = _google.api_base(_google.GMAIL_API, _google.GMAIL_BASE_DEFAULT)
     return _google.GoogleAPI(client, base, cancel)
 
 
@@ -329,27 +328,14 @@ def _mark_read_later(client: _google.AuthClient, base: str, ids: list[str], ctx:
 
 
 def remember(seen: list[str], ids: list[str]) -> list[str]:
-    known = set(seen)
-    ring = seen + [i for i in ids if i not in known]
-    return ring[-SEEN_CAPACITY:]
+    """The ring with ``ids`` appended, the newest ``SEEN_CAPACITY`` kept."""
+    return list(SeenRing(SEEN_CAPACITY, tuple(seen)).remember(ids).keys)
 
 
 def decode_cursor(raw: bytes | None) -> list[str]:
     """The seen-id ring; ``[]`` for a first run. A corrupt cursor is permanent (reset the job)."""
-    if raw is None:
-        return []
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise PermanentError("gmail cursor is not valid JSON; reset the job") from None
-    version = doc.get("v") if isinstance(doc, dict) else None
-    if version != CURSOR_VERSION:
-        raise PermanentError(f"unsupported gmail cursor version {version!r}; reset the job")
-    seen = doc.get("seen")
-    if not isinstance(seen, list) or not all(isinstance(s, str) for s in seen):
-        raise PermanentError("gmail cursor has no valid 'seen' list; reset the job")
-    return seen
+    return list(CODEC.seen(CODEC.decode(raw), SEEN_CAPACITY).keys)
 
 
 def encode_cursor(seen: list[str]) -> bytes:
-    return json.dumps({"v": CURSOR_VERSION, "seen": seen}, separators=(",", ":")).encode()
+    return CODEC.encode({"seen": seen})

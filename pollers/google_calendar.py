@@ -33,7 +33,6 @@ The agent needs a ``google`` binding, as for ``gmail`` (:mod:`pollers._google`).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -45,10 +44,10 @@ from nexopoll.core.errors import PermanentError
 from nexopoll.core.templates import message_payload
 
 from . import _google
-from ._base import ConfiguredPoller, TemplateStr
-from .webhook_poll import DeliverTarget
+from ._base import ConfiguredPoller, CursorCodec, DeliverTarget, TemplateStr
 
-CURSOR_VERSION = 1
+CODEC = CursorCodec("google_calendar")
+CURSOR_VERSION = CODEC.version
 SEEN_CAPACITY = 1000
 PAGE_SIZE = 250
 DEFAULT_TEMPLATE = "📅 {summary} — {start}\n{html_link}"
@@ -85,7 +84,7 @@ class GoogleCalendarPoller(ConfiguredPoller):
         cfg = self.parse_config(ctx.config)
         cur = decode_cursor(ctx.cursor)
         binding = _google.GoogleBinding.from_credentials(ctx.host.credentials_get("google"))
-        base = _google.api_base(_google.GCAL_BASE_ENV, _google.GCAL_BASE_DEFAULT)
+        base = _google.api_base(_google.GCAL_API, _google.GCAL_BASE_DEFAULT)
         api = _google.GoogleAPI(_google.auth_client(binding), base, ctx.cancel)
         path = f"/calendars/{quote(cfg.calendar_id, safe='')}/events"
         try:
@@ -232,23 +231,14 @@ def _ack(nxt: SyncCursor, items: int, delivered: int, old: SyncCursor | None = N
 
 def decode_cursor(raw: bytes | None) -> SyncCursor:
     """The stored sync state; an empty one for a first run (a corrupt one is permanent)."""
-    if raw is None:
+    doc = CODEC.decode(raw)
+    if doc is None:
         return SyncCursor()
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise PermanentError("google_calendar cursor is not valid JSON; reset the job") from None
-    version = doc.get("v") if isinstance(doc, dict) else None
-    if version != CURSOR_VERSION:
-        raise PermanentError(
-            f"unsupported google_calendar cursor version {version!r}; reset the job"
-        )
     try:
         return SyncCursor.model_validate(doc)
     except ValidationError:
-        raise PermanentError("google_calendar cursor is malformed; reset the job") from None
+        raise CODEC.error("is malformed") from None
 
 
 def encode_cursor(cur: SyncCursor) -> bytes:
-    doc = cur.model_dump(exclude_none=True)
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    return CODEC.encode(cur.model_dump(exclude_none=True))

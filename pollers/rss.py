@@ -46,8 +46,6 @@ Behaviour:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -61,16 +59,23 @@ from nexopoll.core.templates import TemplateError, check_template, message_paylo
 from nexopoll.net import http
 
 from . import _http
-from ._base import ConfiguredPoller
+from ._base import (
+    ConfiguredPoller,
+    CursorCodec,
+    DeliverTarget,
+    HttpURL,
+    SeenRing,
+    covering_capacity,
+    seen_key,
+)
 from .rss_feed import TEMPLATE_FIELDS, Entry, Feed, charset_of, parse_feed
-from .webhook_poll import DeliverTarget
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 MAX_MAX_BYTES = 50 * 1024 * 1024
-MAX_ID_CHARS = 200
 MAX_FEED_ENTRIES = 10_000
 """A feed with more entries stops the job (``PermanentError``) instead of looping."""
-CURSOR_VERSION = 1
+CODEC = CursorCodec("rss")
+CURSOR_VERSION = CODEC.version
 ACCEPT = (
     "application/rss+xml, application/atom+xml, application/rdf+xml;q=0.9, "
     "application/xml;q=0.8, text/xml;q=0.8, */*;q=0.5"
@@ -82,7 +87,7 @@ FetchFn = Callable[..., http.Response]
 class RssConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    feed_url: str = Field(max_length=8192)
+    feed_url: HttpURL
     max_per_tick: int = Field(5, ge=1, le=1000)
     message_template: str = "{title}\n{link}"
     deliver: DeliverTarget
@@ -91,19 +96,6 @@ class RssConfig(BaseModel):
     timeout_secs: float = Field(20.0, gt=0, le=120, allow_inf_nan=False)
     max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1, le=MAX_MAX_BYTES)
     seen_capacity: int = Field(1000, ge=1, le=100_000)
-
-    @field_validator("feed_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        # The message never repeats the URL: its query may hold an expanded secret.
-        scheme, sep, rest = value.partition("://")
-        if not sep or scheme.lower() not in ("http", "https"):
-            raise ValueError(
-                "must be an http:// or https:// URL (feed://, file:// and paths refused)"
-            )
-        if not rest or rest[0] in "/?#" or any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError("must be an http(s) URL with a host and no whitespace")
-        return value
 
     @field_validator("message_template")
     @classmethod
@@ -130,14 +122,14 @@ class RssCursor:
     feed_hint_secs: int | None = None
 
     def encode(self) -> bytes:
-        doc = {
-            "v": CURSOR_VERSION,
-            "seen": list(self.seen),
-            "etag": self.etag,
-            "last_modified": self.last_modified,
-            "feed_hint_secs": self.feed_hint_secs,
-        }
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        return CODEC.encode(
+            {
+                "seen": list(self.seen),
+                "etag": self.etag,
+                "last_modified": self.last_modified,
+                "feed_hint_secs": self.feed_hint_secs,
+            }
+        )
 
     @classmethod
     def decode(cls, raw: bytes | None) -> RssCursor:
@@ -146,15 +138,9 @@ class RssCursor:
         Raises:
             PermanentError: corrupt or of an unknown version (a reset re-baselines).
         """
-        if raw is None:
+        doc = CODEC.decode(raw)
+        if doc is None:
             return cls()
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            raise PermanentError("rss cursor is not valid JSON; reset the job") from None
-        version = doc.get("v") if isinstance(doc, dict) else None
-        if version != CURSOR_VERSION:
-            raise PermanentError(f"unsupported rss cursor version {version!r}; reset the job")
         seen = doc.get("seen")
         hint = doc.get("feed_hint_secs")
         ok = (
@@ -164,7 +150,7 @@ class RssCursor:
             and (hint is None or (isinstance(hint, int) and not isinstance(hint, bool)))
         )
         if not ok:
-            raise PermanentError("rss cursor has invalid fields; reset the job")
+            raise CODEC.error("has invalid fields")
         return cls(tuple(seen), doc.get("etag"), doc.get("last_modified"), hint)
 
     @property
@@ -289,7 +275,7 @@ def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:
         ``ring_capacity(1000, 1500, 0)`` → 1500; ``ring_capacity(1000, 20, 1500)``
         → 1500; ``ring_capacity(1000, 20, 50_000)`` → 10,000.
     """
-    return max(seen_capacity, listed, min(held, max(seen_capacity, MAX_FEED_ENTRIES)))
+    return covering_capacity(seen_capacity, listed, held, MAX_FEED_ENTRIES)
 
 
 def remember(
@@ -301,18 +287,8 @@ def remember(
     :func:`ring_capacity` sizes to cover them anyway): dropping one would deliver its
     entry again.
     """
-    known = set(seen) | {seen_key(i) for i in marked}
-    in_feed = list(dict.fromkeys(k for k in map(seen_key, feed_ids) if k in known))
-    current = set(in_feed)
-    older = [k for k in seen if k not in current]
-    room = max(0, capacity - len(in_feed))
-    return (older[-room:] if room else []) + in_feed
-
-
-def seen_key(ident: str) -> str:
-    if len(ident) <= MAX_ID_CHARS:
-        return ident
-    return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()
+    ring = SeenRing(capacity, seen).remember(marked, keep=map(seen_key, feed_ids))
+    return list(ring.touch(feed_ids).keys)
 
 
 __all__ = ["Feed", "RssConfig", "RssCursor", "RssPoller", "fetch_feed", "parse_feed"]

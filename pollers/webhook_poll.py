@@ -66,15 +66,13 @@ from pydantic import (
     field_validator,
 )
 
-from nexopoll.core.config.model import DeliverTargetModel
 from nexopoll.core.contract import PollContext, TickAck
 from nexopoll.core.errors import PermanentError, TransientError
 from nexopoll.core.templates import TemplateError, check_path, lookup, message_payload
 from nexopoll.net import http
-from nexopoll.net.urls import InvalidURLError, checked_url
 
 from . import _http
-from ._base import ConfiguredPoller, TemplateStr
+from ._base import ConfiguredPoller, DeliverTarget, HttpURL, TemplateStr
 from .webhook_seen import (
     MAX_LISTING,
     decode_cursor,
@@ -87,6 +85,7 @@ from .webhook_seen import (
 
 __all__ = [
     "MAX_LISTING",
+    "DeliverTarget",
     "WebhookPollConfig",
     "WebhookPollPoller",
     "decode_cursor",
@@ -114,14 +113,10 @@ _CONDITIONAL_HEADERS = frozenset({"if-none-match", "if-modified-since"})
 FetchFn = Callable[..., http.Response]
 
 
-# the shared {channel, to} target: sized to the outbox's columns, no control characters
-DeliverTarget = DeliverTargetModel
-
-
 class WebhookPollConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    url: str = Field(max_length=8192)
+    url: HttpURL
     method: Literal["GET", "POST"] = "GET"
     headers: dict[str, str] = Field(default_factory=dict)
     body: JsonValue = None
@@ -139,21 +134,6 @@ class WebhookPollConfig(BaseModel):
     @classmethod
     def _upper_method(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        # The message never repeats the URL: its query may hold an expanded secret.
-        scheme, sep, rest = value.partition("://")
-        if not sep or scheme.lower() not in ("http", "https"):
-            raise ValueError("must be an http:// or https:// URL")
-        if not rest or rest[0] in "/?#" or any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError("must be an http(s) URL with a host and no whitespace")
-        try:  # the spelling rules fetch applies (one reading by every URL parser)
-            checked_url(value)
-        except InvalidURLError as exc:
-            raise ValueError(str(exc)) from None
-        return value
 
     @field_validator("headers")
     @classmethod

@@ -1,21 +1,31 @@
-"""The seen-id ring of ``webhook_poll``: its cursor encoding, capacity and trimming.
+"""The seen-id ring of ``webhook_poll``: its cursor, capacity and trimming.
 
 The cursor is ``{"v": 1, "seen": [...]}``, oldest id first, with ``etag`` /
 ``last_modified`` beside it once an answer was fully delivered (conditional GET).
-The ring covers the listing: see :func:`ring_capacity` and :func:`remember`.
+The ring (:class:`pollers._base.SeenRing`) covers the listing: see
+:func:`ring_capacity` and :func:`remember`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from nexopoll.core.errors import PermanentError
 
-MAX_ID_CHARS = 200
+from ._base import CursorCodec, SeenRing, covering_capacity, seen_key
+
+__all__ = [
+    "CODEC",
+    "MAX_LISTING",
+    "decode_cursor",
+    "decode_validators",
+    "encode_cursor",
+    "remember",
+    "ring_capacity",
+    "seen_key",
+]
+
 MAX_LISTING = 10_000
 """A listing with more items stops the job (``PermanentError``) instead of looping."""
-CURSOR_VERSION = 1
+CODEC = CursorCodec("webhook_poll")
 
 
 def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:
@@ -30,7 +40,7 @@ def ring_capacity(seen_capacity: int, listed: int, held: int) -> int:
         ``ring_capacity(1000, 1500, 0)`` → 1500; ``ring_capacity(1000, 550, 1500)``
         → 1500; ``ring_capacity(1000, 10, 50_000)`` → 10,000.
     """
-    return max(seen_capacity, listed, min(held, max(seen_capacity, MAX_LISTING)))
+    return covering_capacity(seen_capacity, listed, held, MAX_LISTING)
 
 
 def remember(
@@ -41,17 +51,7 @@ def remember(
     Entries in ``keep`` (the ids still in the listing) are never dropped; with
     ``capacity`` at least ``len(keep)`` there are always enough others to drop.
     """
-    ring = seen + [seen_key(i) for i in new_ids]
-    excess = len(ring) - capacity
-    if excess <= 0:
-        return ring
-    kept: list[str] = []
-    for key in ring:
-        if excess > 0 and key not in keep:
-            excess -= 1
-            continue
-        kept.append(key)
-    return kept
+    return list(SeenRing(capacity, tuple(seen)).remember(new_ids, keep=keep).keys)
 
 
 def decode_cursor(raw: bytes | None) -> list[str]:
@@ -61,19 +61,7 @@ def decode_cursor(raw: bytes | None) -> list[str]:
         PermanentError: the cursor is corrupt or has an unknown version
             (an operator reset re-baselines the job).
     """
-    if raw is None:
-        return []
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise PermanentError("webhook_poll cursor is not valid JSON; reset the job") from None
-    version = doc.get("v") if isinstance(doc, dict) else None
-    if version != CURSOR_VERSION:
-        raise PermanentError(f"unsupported webhook_poll cursor version {version!r}; reset the job")
-    seen = doc.get("seen")
-    if not isinstance(seen, list) or not all(isinstance(s, str) for s in seen):
-        raise PermanentError("webhook_poll cursor has no valid 'seen' list; reset the job")
-    return seen
+    return list(CODEC.seen(CODEC.decode(raw), 0).keys)
 
 
 def decode_validators(raw: bytes | None) -> tuple[str | None, str | None]:
@@ -82,13 +70,9 @@ def decode_validators(raw: bytes | None) -> tuple[str | None, str | None]:
     A cursor written before they existed has neither; a malformed value is ignored
     (the next answer stores fresh ones).
     """
-    if raw is None:
-        return None, None
     try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None, None
-    if not isinstance(doc, dict):
+        doc = CODEC.decode(raw) or {}
+    except PermanentError:  # decode_cursor reports a bad cursor
         return None, None
     etag, modified = doc.get("etag"), doc.get("last_modified")
     return (
@@ -101,15 +85,9 @@ def encode_cursor(
     seen: list[str], etag: str | None = None, last_modified: str | None = None
 ) -> bytes:
     """``{"v": 1, "seen": [...]}``, plus ``etag`` / ``last_modified`` when stored."""
-    doc: dict[str, object] = {"v": CURSOR_VERSION, "seen": seen}
+    doc: dict[str, object] = {"seen": seen}
     if etag:
         doc["etag"] = etag
     if last_modified:
         doc["last_modified"] = last_modified
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def seen_key(ident: str) -> str:
-    if len(ident) <= MAX_ID_CHARS:
-        return ident
-    return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()
+    return CODEC.encode(doc)

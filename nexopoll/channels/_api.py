@@ -1,18 +1,18 @@
 """What the provider channels (telegram, whatsapp, slack) share: base URLs, the text,
 and one request through the shared HTTP layer.
 
-A provider's base URL comes from the environment (``NEXOPOLL_<NAME>_API_BASE``),
-read at send time, else the provider's public default. A base URL set there is
-operator-trusted: it may point at a private or loopback address (a proxy, a test
-server). Every request still goes through :func:`nexopoll.net.http.fetch` (its
-deadline, byte cap and address guard for metadata addresses) and never follows a
-redirect: a 3xx is a permanent failure naming the status.
+A provider's base URL comes from the settings (``NEXOPOLL_<NAME>_API_BASE`` in the
+environment), through :func:`nexopoll.net.api_base` at send time, else the
+provider's public default. A base URL set there is operator-trusted: it may
+point at a private or loopback address (a proxy, a test server). Every request
+still goes through :func:`nexopoll.net.http.fetch` (its deadline, byte cap and
+address guard for metadata addresses) and never follows a redirect: a 3xx is a
+permanent failure naming the status.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from nexopoll.core import markup
@@ -22,12 +22,6 @@ from nexopoll.net import http
 from .message import OutboundMessage
 
 MAX_RESPONSE_BYTES = 256 * 1024
-
-
-def api_base(env_name: str, default: str) -> tuple[str, bool]:
-    """``(base URL without a trailing slash, operator-set)`` for a provider."""
-    value = (os.environ.get(env_name) or "").strip()
-    return (value or default).rstrip("/"), bool(value)
 
 
 def message_text(

@@ -29,9 +29,9 @@ from typing import Any
 from nexopoll.core.bindings import SlackBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.markup import escape_slack
-from nexopoll.net import http
+from nexopoll.net import api_base, http
 
-from ._api import api_base, json_body, message_text, post_json
+from ._api import json_body, message_text, post_json
 from .message import OutboundMessage
 
 DEFAULT_BASE = "https://slack.com/api"
@@ -84,7 +84,7 @@ class SlackChannel:
                 return
             word = resp.body[:100].decode("utf-8", "replace").strip()
             raise classify(resp, word if ERROR_WORD_RE.fullmatch(word) else "")
-        base, trusted = api_base("NEXOPOLL_SLACK_API_BASE", DEFAULT_BASE)
+        base, trusted = api_base("slack", DEFAULT_BASE)
         resp = post_json(
             f"{base}/chat.postMessage",
             {"channel": message.recipient, "text": text},

@@ -37,8 +37,9 @@ from typing import Any
 from nexopoll.core.bindings import TelegramBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
 from nexopoll.core.markup import TELEGRAM_ESCAPES
+from nexopoll.net import api_base
 
-from ._api import api_base, json_body, message_text, post_json
+from ._api import json_body, message_text, post_json
 from .message import OutboundMessage
 
 DEFAULT_BASE = "https://api.telegram.org"
@@ -60,7 +61,7 @@ class TelegramChannel:
         self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
     ) -> None:
         b = TelegramBinding.model_validate(binding)
-        base, trusted = api_base("NEXOPOLL_TELEGRAM_API_BASE", DEFAULT_BASE)
+        base, trusted = api_base("telegram", DEFAULT_BASE)
         doc: dict[str, Any] = {
             "chat_id": message.recipient,
             "text": message_text(message, MAX_TEXT, TELEGRAM_ESCAPES.get(b.parse_mode or "")),

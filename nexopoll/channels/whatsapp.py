@@ -18,9 +18,9 @@ from typing import Any
 
 from nexopoll.core.bindings import WhatsappBinding
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
-from nexopoll.net import http
+from nexopoll.net import api_base, http
 
-from ._api import api_base, json_body, message_text, post_json
+from ._api import json_body, message_text, post_json
 from .message import OutboundMessage
 
 DEFAULT_BASE = "https://graph.facebook.com/v20.0"
@@ -41,7 +41,7 @@ class WhatsappChannel:
         self, message: OutboundMessage, binding: dict[str, Any], *, deadline_secs: float
     ) -> None:
         b = WhatsappBinding.model_validate(binding)
-        base, trusted = api_base("NEXOPOLL_WHATSAPP_API_BASE", DEFAULT_BASE)
+        base, trusted = api_base("whatsapp", DEFAULT_BASE)
         doc = {
             "messaging_product": "whatsapp",
             "recipient_type": "individual",

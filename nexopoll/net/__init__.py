@@ -21,8 +21,10 @@ from .http import (
     fetch,
     parse_retry_after,
 )
+from .options import ApiBase, api_base
 
 __all__ = [
+    "ApiBase",
     "BlockedURLError",
     "DeadlineExceededError",
     "FetchError",
@@ -33,6 +35,7 @@ __all__ = [
     "ResponseTooLargeError",
     "TooManyRedirectsError",
     "TransientHTTPError",
+    "api_base",
     "classify_status",
     "fetch",
     "parse_retry_after",

@@ -48,6 +48,8 @@ from urllib3.util.wait import wait_for_read
 
 from nexopoll.core.ssrf import BlockedAddress, check_address
 
+from . import options
+
 Resolver = Callable[..., list[tuple[Any, ...]]]
 """Same signature and result as :func:`socket.getaddrinfo`."""
 
@@ -330,8 +332,12 @@ def new_session(guard: Guard) -> requests.Session:
     for prefix in list(session.adapters):
         session.adapters.pop(prefix).close()
     # Shared by every thread of a worker (-P threads): urllib3's pools are thread-safe;
-    # keep as many idle connections per host as threads may have in flight, for many hosts.
-    adapter = GuardedAdapter(guard, pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST)
+    # keep as many idle connections per host as threads may have in flight, for many hosts
+    # (NEXOPOLL_HTTP_POOL_HOSTS / _PER_HOST, given by the settings when the session is made).
+    opts = options.current()
+    adapter = GuardedAdapter(
+        guard, pool_connections=opts.pool_hosts, pool_maxsize=opts.pool_per_host
+    )
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -348,8 +354,6 @@ class _NoCookies(http.cookiejar.DefaultCookiePolicy):
 
 
 _NO_COOKIES = _NoCookies()
-POOL_HOSTS = int(os.environ.get("NEXOPOLL_HTTP_POOL_HOSTS", "200"))
-POOL_PER_HOST = int(os.environ.get("NEXOPOLL_HTTP_POOL_PER_HOST", "64"))
 _shared: dict[bool, requests.Session] = {}
 _shared_lock = threading.Lock()
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery
 from nexopoll.runtime.tick import tick_job
+from tests.support.apibases import point_api
 from tests.support.httpserver import TestHTTPServer, json_reply
 from tests.support.procs import wait_for
 
@@ -31,7 +32,7 @@ def most_in_one_second(times: list[float]) -> int:
 def run(stack, monkeypatch, binding: dict, jobs: list[dict], items: int) -> TestHTTPServer:
     server = TestHTTPServer().start()
     server.route("POST", f"/bot{TOKEN}/sendMessage", json_reply({"ok": True, "result": {}}))
-    monkeypatch.setenv("NEXOPOLL_TELEGRAM_API_BASE", server.base_url)
+    point_api(monkeypatch, "telegram", server.base_url)
     monkeypatch.setenv("TG_TOKEN", TOKEN)
     doc = {"pollers": {"default_jitter_ms": 0, "jobs": jobs},
            "agents": {"ana": {"telegram": {"account": "ana_bot", "token": "${TG_TOKEN}",

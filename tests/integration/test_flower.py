@@ -11,7 +11,7 @@ import tempfile
 import pytest
 import requests
 
-from nexopoll.flower import flower_command
+from nexopoll.flower import FlowerSettings, flower_command
 from tests.support.procs import ROOT, CeleryProc, wait_for
 
 from .conftest import job
@@ -32,9 +32,8 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     worker = CeleryProc("worker", stack.env(), "fw", extra=("-E",)).start()
     stack.procs.append(worker)
     port = _port()
-    env = {**stack.env(), "NEXOPOLL_FLOWER_BASIC_AUTH": "ops:flower-pw-1",
-           "NEXOPOLL_FLOWER_PORT": str(port)}  # fmt: skip
-    cmd, child_env = flower_command(env, [])
+    conf = FlowerSettings(basic_auth="ops:flower-pw-1", port=port)
+    cmd, child_env = flower_command(conf, stack.env(), [])
     log = tempfile.TemporaryFile()
     flower = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)  # fmt: skip
@@ -80,8 +79,8 @@ def test_launcher_refuses_to_start_without_credentials():
     done = subprocess.run([sys.executable, "-m", "nexopoll.flower"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode != 0 and "NEXOPOLL_FLOWER_BASIC_AUTH" in done.stderr
-    cmd, child = flower_command({"NEXOPOLL_FLOWER_BASIC_AUTH": "u:p"}, [])
+    cmd, child = flower_command(FlowerSettings(basic_auth="u:p"), {}, [])
     assert "--address=127.0.0.1" in cmd and child["FLOWER_BASIC_AUTH"] == "u:p"
     assert not any("u:p" in part for part in cmd)  # never on the command line
     with pytest.raises(SystemExit, match="user:password"):
-        flower_command({"NEXOPOLL_FLOWER_BASIC_AUTH": "no-colon"}, [])
+        flower_command(FlowerSettings(basic_auth="no-colon"), {}, [])

@@ -21,6 +21,7 @@ import yaml
 
 from nexopoll.models import Delivery
 from nexopoll.runtime import dbclock, outbox
+from tests.support.apibases import point_api
 from tests.support.httpserver import TestHTTPServer, json_reply
 from tests.support.invariants import CANARY, CursorWatch, assert_invariants, assert_no_secret
 from tests.support.procs import wait_for
@@ -124,7 +125,7 @@ def test_row55_one_bot_at_30_per_second_under_burst_with_a_worker_300s_fast(stac
     server = TestHTTPServer().start()
     server.route("POST", f"/bot{token}/sendMessage", json_reply({"ok": True, "result": {}}))
     try:
-        monkeypatch.setenv("NEXOPOLL_TELEGRAM_API_BASE", server.base_url)
+        point_api(monkeypatch, "telegram", server.base_url)
         monkeypatch.setenv("TG_TOKEN", token)
         doc = {
             "pollers": {

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nexopoll.flower import flower_command
+from nexopoll.flower import FlowerSettings, flower_command
 from tests.integration.conftest import stack  # noqa: F401  (the fixture)
 
 # ruff: noqa: F811  (test functions take the imported ``stack`` fixture)
@@ -78,8 +78,7 @@ def test_57_every_nexopoll_process_is_closed_to_a_same_uid_plugin(stack):
     beat = CeleryProc("beat", stack.env(), "beat", prefix=CAPLESS).start()
     stack.procs.append(beat)
     port = _free_port()
-    cmd, flower_env = flower_command({**env, "NEXOPOLL_FLOWER_BASIC_AUTH": "ops:pw",
-                                      "NEXOPOLL_FLOWER_PORT": str(port)}, [])  # fmt: skip
+    cmd, flower_env = flower_command(FlowerSettings(basic_auth="ops:pw", port=port), env, [])
     flower = subprocess.Popen([*CAPLESS, *cmd], cwd=ROOT, env=flower_env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     wait_for(lambda: psutil.Process(worker.proc.pid).children(), 30, what="pool child")

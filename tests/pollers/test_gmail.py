@@ -16,6 +16,7 @@ from nexopoll.core.errors import (
 )
 from pollers import _google
 from pollers.gmail import SEEN_CAPACITY, GmailPoller, decode_cursor, encode_cursor, remember
+from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
 from tests.support.google_server import FakeGoogle, gmail_message, text_part, write_credentials
 
@@ -25,7 +26,7 @@ DELIVER = {"channel": "log", "to": "ops"}
 @pytest.fixture
 def google(monkeypatch):
     with FakeGoogle() as fake:
-        monkeypatch.setenv(_google.GMAIL_BASE_ENV, fake.url)
+        point_api(monkeypatch, "gmail", fake.url)
         yield fake
 
 
@@ -337,7 +338,7 @@ def test_unreachable_api_is_transient(monkeypatch, binding, google):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setenv(_google.GMAIL_BASE_ENV, f"http://127.0.0.1:{port}")
+    point_api(monkeypatch, "gmail", f"http://127.0.0.1:{port}")
     with pytest.raises(TransientError):
         run({}, binding)
 

@@ -13,9 +13,9 @@ import quopri
 
 import pytest
 
-from pollers import _google
 from pollers._mail import parse_from
 from pollers.gmail import GmailPoller
+from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
 from tests.support.google_server import FakeGoogle, gmail_from_raw, write_credentials
 
@@ -26,7 +26,7 @@ ALLOW = ["@mycompany.com"]
 @pytest.fixture
 def google(monkeypatch):
     with FakeGoogle() as fake:
-        monkeypatch.setenv(_google.GMAIL_BASE_ENV, fake.url)
+        point_api(monkeypatch, "gmail", fake.url)
         yield fake
 
 

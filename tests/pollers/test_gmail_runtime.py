@@ -10,15 +10,15 @@ from django.utils import timezone
 from nexopoll import services
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.tick import tick_job
-from pollers import _google
 from tests.runtime.conftest import Config
+from tests.support.apibases import point_api
 from tests.support.google_server import FakeGoogle, gmail_message, write_credentials
 
 
 @pytest.fixture
 def google(monkeypatch):
     with FakeGoogle() as fake:
-        monkeypatch.setenv(_google.GMAIL_BASE_ENV, fake.url)
+        point_api(monkeypatch, "gmail", fake.url)
         yield fake
 
 

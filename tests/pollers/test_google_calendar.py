@@ -7,13 +7,13 @@ import json
 import pytest
 
 from nexopoll.core.errors import ConfigError, PermanentError, TransientError
-from pollers import _google
 from pollers.google_calendar import (
     GoogleCalendarPoller,
     SyncCursor,
     decode_cursor,
     encode_cursor,
 )
+from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
 from tests.support.google_server import FakeGoogle, write_credentials
 
@@ -23,7 +23,7 @@ DELIVER = {"channel": "log", "to": "ops"}
 @pytest.fixture
 def google(monkeypatch):
     with FakeGoogle() as fake:
-        monkeypatch.setenv(_google.GCAL_BASE_ENV, fake.url + "/calendar/v3")
+        point_api(monkeypatch, "gcal", fake.url + "/calendar/v3")
         yield fake
 
 
@@ -164,7 +164,7 @@ def test_calendar_id_is_path_encoded(google, binding):
 def test_gmail_and_calendar_share_the_accounts_auth_client(google, binding, monkeypatch):
     from pollers.gmail import GmailPoller
 
-    monkeypatch.setenv(_google.GMAIL_BASE_ENV, google.url)
+    point_api(monkeypatch, "gmail", google.url)
     run(binding)
     host = FakeHost(credentials={"google": binding})
     GmailPoller().tick(make_context({"deliver": DELIVER}, host=host))

@@ -10,14 +10,14 @@ from django.utils import timezone
 from nexopoll import services
 from nexopoll.models import PollState
 from nexopoll.runtime.tick import tick_job
-from pollers import _google
+from tests.support.apibases import point_api
 from tests.support.google_server import FakeGoogle, write_credentials
 
 
 @pytest.fixture
 def google(monkeypatch):
     with FakeGoogle() as fake:
-        monkeypatch.setenv(_google.GCAL_BASE_ENV, fake.url + "/calendar/v3")
+        point_api(monkeypatch, "gcal", fake.url + "/calendar/v3")
         yield fake
 
 

@@ -15,6 +15,7 @@ from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.host import TickHost
 from nexopoll.runtime.secretenv import SecretEnv, read_secret_file
 from nexopoll.runtime.tick import tick_job
+from tests.support.apibases import point_api
 from tests.support.httpserver import TestHTTPServer, json_reply
 
 from .conftest import scripted
@@ -40,7 +41,7 @@ def test_a_telegram_token_from_a_file_is_read_per_send_and_never_stored(
     token_file = tmp_path / "bot_token"
     token_file.write_text("111:FILE-CANARY-one\n")
     with TestHTTPServer() as server:
-        monkeypatch.setenv("NEXOPOLL_TELEGRAM_API_BASE", server.base_url)
+        point_api(monkeypatch, "telegram", server.base_url)
         for token in ("111:FILE-CANARY-one", "222:FILE-CANARY-two"):
             server.route("POST", f"/bot{token}/sendMessage", json_reply({"ok": True}))
         binding = {"account": "ana_bot", "token": f"${{file:{token_file}}}",

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.apibases import point_api
+
 from .httpserver import Handler, TestHTTPServer, json_reply, reply
 
 CANARY = "tok-CANARY-7f3a9"  # the secret every provider binding references
@@ -34,13 +36,13 @@ class Provider:
     too_many: Handler  # 429, "retry after 5 s" in the provider's own words
     bad_recipient: Handler
     fast: dict[str, Any] = field(default_factory=dict)  # binding fields lifting rate limits
-    base_env: str | None = None
+    api: str | None = None  # its nexopoll.net.api_base name (NEXOPOLL_<API>_API_BASE)
     recipient: str = "42"
     text_of: Callable[[dict[str, Any]], str] = field(default=lambda doc: doc.get("text", ""))
 
     def point(self, monkeypatch, server: TestHTTPServer) -> None:
-        if self.base_env:
-            monkeypatch.setenv(self.base_env, server.base_url + "/api")
+        if self.api:
+            point_api(monkeypatch, self.api, server.base_url + "/api")
 
     def url_path(self) -> str:
         return self.path
@@ -50,7 +52,7 @@ TELEGRAM = Provider(
     id="telegram",
     channel="telegram",
     path=f"/api/bot{CANARY}/sendMessage",
-    base_env="NEXOPOLL_TELEGRAM_API_BASE",
+    api="telegram",
     binding=lambda srv: {"account": "ana_bot", "token": "${CANARY_TOKEN}"},
     fast={"max_per_second": 1000, "max_per_chat_per_second": 1000},
     ok=_json(200, {"ok": True, "result": {"message_id": 7}}),
@@ -73,7 +75,7 @@ WHATSAPP = Provider(
     id="whatsapp",
     channel="whatsapp",
     path="/api/1234567890/messages",
-    base_env="NEXOPOLL_WHATSAPP_API_BASE",
+    api="whatsapp",
     binding=lambda srv: {"phone_number_id": "1234567890", "token": "${CANARY_TOKEN}"},
     fast={"max_per_second": 1000},
     ok=_json(200, {"messaging_product": "whatsapp", "messages": [{"id": "wamid.X"}]}),
@@ -92,7 +94,7 @@ SLACK_BOT = Provider(
     id="slack-bot",
     channel="slack",
     path="/api/chat.postMessage",
-    base_env="NEXOPOLL_SLACK_API_BASE",
+    api="slack",
     binding=lambda srv: {"account": "ana_ws", "token": "${CANARY_TOKEN}"},
     fast={"max_per_channel_per_second": 1000},
     ok=_json(200, {"ok": True, "channel": "C1", "ts": "1.2"}),
