@@ -43,6 +43,20 @@ def test_routes():
     assert {q.name for q in app.amqp.queues.values()} >= {ticks, deliveries}
 
 
+def test_beat_publishes_only_tick_queue_tasks_itself():
+    """Beat's fast path (runtime/publish.py) writes to the tick queue; the outbox sweep's
+    entry goes through Celery's apply_async, which follows task_routes."""
+    from types import SimpleNamespace
+
+    from nexopoll.runtime.publish import TickPublisher
+
+    publisher = TickPublisher(app)
+    entry = lambda task: SimpleNamespace(task=task, options={"expires": 5})  # noqa: E731
+    assert publisher.can_publish(entry("nexopoll.tick"))
+    assert not publisher.can_publish(entry("nexopoll.sweep_outbox"))
+    assert not publisher.can_publish(entry("nexopoll.deliver"))
+
+
 def queue_backlog(redis_client, queue: str, ids: list[str]) -> None:
     """Push one ``nexopoll.deliver`` message per row onto ``queue``, as kombu's Redis
     transport stores them (a JSON envelope with a base64 body), in one pipeline."""
