@@ -9,16 +9,21 @@ name ``worker<i>@%h``. Arguments after the launcher's own go to every worker (e.
 
 SIGTERM, SIGINT and SIGQUIT are passed on to every worker (Celery's warm shutdown, a
 second SIGINT its cold one); the launcher exits when they have all exited, with the
-first non-zero exit status among them. A worker that exits on its own (crashed,
-killed) is reported and ends the group: the others get SIGTERM, and the launcher
-exits non-zero, so the supervisor (honcho, systemd, the container runtime) sees one
-failed process and restarts the whole worker, as it would a single ``celery worker``.
+first non-zero exit status among them. Each worker runs in a process group of its own,
+so a signal sent to the launcher's whole group (Ctrl-C in a terminal, a supervisor's
+``killpg``) reaches it once, through the launcher, not twice (two SIGINTs would be a
+cold shutdown); on Linux a worker also gets SIGTERM if the launcher itself dies.
+A worker that exits on its own (crashed, killed) is reported and ends the group: the
+others get SIGTERM, and the launcher exits non-zero, so the supervisor (honcho,
+systemd, the container runtime) sees one failed process and restarts the whole worker,
+as it would a single ``celery worker``.
 Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import subprocess
@@ -60,6 +65,20 @@ def worker_commands(processes: int, threads: int, extra: Sequence[str] = ()) -> 
     ]  # fmt: skip
 
 
+def _own_group(parent: int) -> None:
+    """In each worker before it runs: a process group of its own, and (Linux) SIGTERM
+    when the launcher dies, so no worker outlives it unnoticed."""
+    os.setpgid(0, 0)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the launcher's signals still reach it
+        pass
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
 def _say(text: str) -> None:
     sys.stderr.write(f"nexopoll.workers: {text}\n")
     sys.stderr.flush()
@@ -79,12 +98,13 @@ def supervise(commands: Sequence[Sequence[str]]) -> int:
                 except ProcessLookupError:
                     pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}  # for the whole run
+    setup = functools.partial(_own_group, os.getpid())
     try:
         for cmd in commands:
             if stopping:  # signalled while starting: start no more
                 break
-            children.append(subprocess.Popen(list(cmd)))
+            children.append(subprocess.Popen(list(cmd), preexec_fn=setup))
         _say(f"started {len(children)} worker processes: "
              f"{', '.join(str(c.pid) for c in children)}")  # fmt: skip
         status = 0
@@ -109,8 +129,10 @@ def supervise(commands: Sequence[Sequence[str]]) -> int:
                 status = 1 if rc < 0 else rc
         return status
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # a late signal (a supervisor repeating its SIGTERM) must not kill the launcher
+        # with the default action now that its workers are gone: ignore it
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

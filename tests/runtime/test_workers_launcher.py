@@ -43,6 +43,7 @@ def launch(tmp_path: Path, n: int) -> tuple[subprocess.Popen, list[Path]]:
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCH.format(cmds=cmds)], cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # a group of its own, as under honcho or a terminal
     )  # fmt: skip
     wait_for(lambda: all(f.exists() and "ready" in f.read_text() for f in files), 20,
              what="every child started")  # fmt: skip
@@ -62,6 +63,26 @@ def test_starts_n_children_and_passes_the_signal_on_to_each(tmp_path, sig):
     for f in files:
         assert f.read_text().split() == ["ready", sig.name]
     assert "started 3 worker processes" in proc.stderr.read()
+
+
+def test_a_signal_to_the_whole_group_reaches_each_child_once(tmp_path):
+    """Ctrl-C in a terminal, or a supervisor's killpg: one SIGINT per worker (Celery's
+    warm shutdown), not the group's and the launcher's (two would be a cold shutdown)."""
+    proc, files = launch(tmp_path, 2)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(20) == 0
+    for f in files:
+        assert f.read_text().split() == ["ready", "SIGINT"]
+
+
+def test_a_killed_launcher_takes_its_children_with_it(tmp_path):
+    proc, files = launch(tmp_path, 2)
+    kids = children(proc)
+    proc.kill()  # SIGKILL: nothing forwarded; PR_SET_PDEATHSIG sends each SIGTERM
+    proc.wait(10)
+    wait_for(lambda: all(f.read_text().split() == ["ready", "SIGTERM"] for f in files), 20,
+             what="every child got SIGTERM")  # fmt: skip
+    psutil.wait_procs(kids, timeout=10)
 
 
 def test_a_child_that_dies_is_reported_and_ends_the_group(tmp_path):
