@@ -27,7 +27,8 @@ from kombu import Exchange, Queue
 
 from tests.support.procs import ROOT, CeleryProc, RedisServer, stack_env, wait_for
 
-QUEUE = "nexopoll"
+QUEUE = "nexopoll"  # ticks; deliveries go to DELIVERIES (nexopoll settings: task_routes)
+DELIVERIES = "nexopoll.deliveries"
 KEY_PREFIX = "nexopoll:redbeat:"
 NEXO_SCHEDULER = "nexopoll.runtime.beat:NexopollScheduler"
 STOCK_SCHEDULER = "redbeat.RedBeatScheduler"
@@ -144,7 +145,7 @@ def worker_args(concurrency: int, name: str, include: str = "", pool: str = "pre
         "-c",
         str(concurrency),
         "-Q",
-        QUEUE,
+        f"{QUEUE},{DELIVERIES}",
         "-n",
         f"{name}@%h",
         "--without-gossip",
@@ -255,7 +256,7 @@ class Stack:
         return proc
 
     def queued(self) -> int:
-        return int(self.r.llen(QUEUE)) + int(self.r.llen("celery"))
+        return sum(int(self.r.llen(q)) for q in (QUEUE, DELIVERIES, "celery"))
 
     def queued_ticks(self) -> int:
         """Ticks waiting in the queue: a ``nexopoll.tick_batch`` message counts its jobs."""

@@ -7,6 +7,11 @@ worker with ``prefetch 1`` keeps waiting for an ack that will never come and sto
 fetching for good. Here the slot is freed whatever Redis answered; the message's
 unacked copy in Redis is restored after the visibility timeout and runs again,
 which ticks and deliveries tolerate (lease, epoch fencing, delivery claims).
+The same holds when the consumer reconnects (a Redis failover): Celery collects the
+old connection first and only then closes its channel and acks the tasks still
+running on it, and kombu would reach Redis through the collected transport
+(AttributeError, which ended the worker). Here those acks and the channel's restore
+leave the messages in the unacked hash for the visibility timeout instead.
 With Redis Sentinel (``NEXOPOLL_REDIS_SENTINELS``) the broker is kombu's sentinel
 transport with the same fix (``SentinelTransport``): it asks the sentinels for the
 current master on every new connection, so a failover costs one reconnect.
@@ -21,6 +26,7 @@ one second.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from datetime import datetime
@@ -32,16 +38,53 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
+logger = logging.getLogger(__name__)
 
 
 class QoS(kombu_redis.QoS):
+    def _collected(self) -> bool:
+        """The consumer's reconnect has collected this channel's connection: kombu
+        cleared the transport's client, so any new Redis client (``_connparams``) raises
+        AttributeError. Celery acks and closes the old channel after that."""
+        transport = self.channel.connection
+        return transport is None or transport.client is None
+
     def ack(self, delivery_tag: str) -> None:
         try:
-            self._remove_from_indices(delivery_tag).execute()
+            if self._collected():  # the copy in the unacked hash comes back and reruns
+                logger.info(
+                    "ack %s after the broker connection was collected: the message "
+                    "reruns after the visibility timeout", delivery_tag,
+                )  # fmt: skip
+            else:
+                self._remove_from_indices(delivery_tag).execute()
         finally:
             virtual.QoS.ack(self, delivery_tag)  # free the prefetch slot in any case
 
+    def restore_unacked(self, client: Any = None) -> None:
+        """Closing the channel puts its unacked messages back on their queues. Never
+        raise here: Celery closes the old channel in its reconnect path, outside its
+        recoverable errors, so an exception ends the worker ("Unrecoverable error").
+        Whatever is not restored now stays in the unacked hash (each restore is one
+        transaction: moved, or left there), and the visibility timeout restores it."""
+        if self._delivered and self._collected():
+            logger.warning(
+                "%d unacked messages left for the visibility timeout restore "
+                "(the broker connection was collected)", len(self._delivered),
+            )  # fmt: skip
+            self._delivered.clear()
+            return
+        try:
+            super().restore_unacked(client)
+        except Exception as exc:  # nothing may end the worker (above)
+            logger.warning("%d unacked messages left for the visibility timeout restore: %r",
+                           len(self._delivered), exc)  # fmt: skip
+            self._delivered.clear()
+
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if self._collected():
+            self.ack(delivery_tag)  # left in the unacked hash: restored after the timeout
+            return
         try:
             if requeue:
                 self.restore_by_tag(delivery_tag, leftmost=True)

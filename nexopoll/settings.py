@@ -369,27 +369,39 @@ CELERY_BEAT_SCHEDULER = "nexopoll.runtime.beat:NexopollScheduler"
 CELERY_BEAT_SCHEDULE = {
     "nexopoll-sweep-outbox": {"task": "nexopoll.sweep_outbox", "schedule": NEXOPOLL_SWEEP_SECS},
 }
-# The Procfile's worker passes no -Q: it consumes CELERY_TASK_QUEUES, this queue.
-CELERY_TASK_DEFAULT_QUEUE = NEXOPOLL_REDIS_PREFIX
+# Two queues, so a slow channel's sends never wait in front of ticks: ticks, batches
+# and run-now on the tick queue (the prefix, the name earlier versions used for all);
+# deliveries and the outbox sweeps on the delivery queue ("<prefix>.deliveries").
+# The Procfile's worker passes no -Q: it consumes CELERY_TASK_QUEUES, both queues; a
+# pool of its own per queue is `-Q <queue>` (docs/deploy.md, "Queues").
+CELERY_TASK_DEFAULT_QUEUE = NEXOPOLL_TICK_QUEUE = NEXOPOLL_REDIS_PREFIX
+NEXOPOLL_DELIVERY_QUEUE = NEXOPOLL_REDIS_PREFIX + ".deliveries"
+CELERY_TASK_ROUTES = {
+    task: {"queue": queue}
+    for queue, tasks in (
+        (NEXOPOLL_TICK_QUEUE, ("nexopoll.tick", "nexopoll.tick_batch", "nexopoll.run_now")),
+        (NEXOPOLL_DELIVERY_QUEUE, ("nexopoll.deliver", "nexopoll.sweep_outbox")),
+    )
+    for task in tasks
+}
 # Publish through the nameless exchange: kombu's Redis transport then pushes to the
 # queue's list directly instead of looking up `_kombu.binding.*` keys, which a
 # flushed Redis loses (publishes would be dropped until every worker restarts).
-CELERY_TASK_QUEUES = (
-    Queue(CELERY_TASK_DEFAULT_QUEUE, Exchange("", type="direct"),
-          routing_key=CELERY_TASK_DEFAULT_QUEUE),
-)  # fmt: skip
+CELERY_TASK_QUEUES = tuple(
+    Queue(name, Exchange("", type="direct"), routing_key=name)
+    for name in (NEXOPOLL_TICK_QUEUE, NEXOPOLL_DELIVERY_QUEUE)
+)
 CELERY_TASK_DEFAULT_EXCHANGE = ""
 if BROKER_IS_AMQP:
-    # RabbitMQ: a durable queue bound to a durable topic exchange (Celery's native delayed
-    # delivery, which quorum queues need for countdowns, wants a topic exchange); the
-    # messages are persistent (delivery_mode 2, Celery's default)
-    CELERY_TASK_QUEUES = (
+    # RabbitMQ: each a durable queue bound to a durable topic exchange of its name
+    # (Celery's native delayed delivery, which quorum queues need for countdowns, wants a
+    # topic exchange); the messages are persistent (delivery_mode 2, Celery's default)
+    CELERY_TASK_QUEUES = tuple(
         Queue(
-            CELERY_TASK_DEFAULT_QUEUE,
-            Exchange(CELERY_TASK_DEFAULT_QUEUE, type="topic", durable=True),
-            routing_key=CELERY_TASK_DEFAULT_QUEUE, durable=True,
+            name, Exchange(name, type="topic", durable=True), routing_key=name, durable=True,
             queue_arguments={"x-queue-type": NEXOPOLL_AMQP_QUEUE_TYPE},
-        ),
+        )
+        for name in (NEXOPOLL_TICK_QUEUE, NEXOPOLL_DELIVERY_QUEUE)
     )  # fmt: skip
     CELERY_TASK_DEFAULT_EXCHANGE = CELERY_TASK_DEFAULT_QUEUE
     CELERY_TASK_DEFAULT_EXCHANGE_TYPE = "topic"

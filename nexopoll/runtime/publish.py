@@ -5,7 +5,8 @@ on every call, about 1 ms of beat CPU per dispatch. A scheduled entry sends the
 same task with the same arguments every time, so beat builds the message once
 with Celery's ``create_task_message`` and, per send, only sets what changes (the
 task id and the expiry). On Redis, messages go through the nameless exchange straight
-to the queue, inside the producer's publish batch. On RabbitMQ they go through the
+to the queue, inside the producer's publish batch. Only tasks routed to the tick queue
+(``task_routes``: ticks and batches) take this path. On RabbitMQ they go through the
 queue's own exchange, declare the (durable) queue first, since a message routed to
 a queue nobody declared yet is dropped, and reconnect once when the broker went away
 (a restarted RabbitMQ closes the producer's channel for good; Redis reconnects alone).
@@ -49,11 +50,19 @@ class TickPublisher:
             {"declare": [queue], "retry": True, "retry_policy": AMQP_RETRY} if amqp else {}
         )
         self._templates: dict[str, _Template] = {}
+        self._routes: dict[str, str] = {}  # task name -> its queue (task_routes)
 
-    @staticmethod
-    def can_publish(entry: Any) -> bool:
-        """Entries with routing or other options go through Celery's own path."""
-        return set(entry.options or {}) <= {"expires"}
+    def can_publish(self, entry: Any) -> bool:
+        """Entries with routing or other options, and tasks routed to another queue
+        (the outbox sweep goes to the delivery queue), go through Celery's own path."""
+        return set(entry.options or {}) <= {"expires"} and self._queue_of(entry.task) == self.queue
+
+    def _queue_of(self, task: str) -> str:
+        queue = self._routes.get(task)
+        if queue is None:
+            routed = self.app.amqp.router.route({}, task).get("queue")
+            queue = self._routes[task] = getattr(routed, "name", None) or self.queue
+        return queue
 
     def publish(self, producer: Any, entry: Any, now: datetime) -> str:
         """Send one tick of ``entry``; return its task id."""

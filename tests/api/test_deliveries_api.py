@@ -45,7 +45,7 @@ def test_redeliver_dead_row(api, jobs, redis_client):
     assert r.status_code == 200 and r.json()["redelivered"] == [str(dead.id)]
     dead.refresh_from_db()
     assert dead.status == "pending" and dead.attempts == 0
-    assert redis_client.llen("nexopoll") == 1  # a deliver task is queued
+    assert redis_client.llen("nexopoll.deliveries") == 1  # a deliver task is queued
 
 
 def test_redeliver_refusals(api, jobs):

@@ -26,6 +26,8 @@ from tests.support.sink import assert_no_loss_dup_safe
 
 from .conftest import job
 
+QUEUES = ("nexopoll", "nexopoll.deliveries")  # ticks; deliveries (settings: task_routes)
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
@@ -53,14 +55,15 @@ def rstack(stack, rabbit_node):
     yield stack
     stack.stop()
     with kombu.Connection(rabbit_node.url, connect_timeout=5) as conn:
-        try:
-            conn.default_channel.queue_delete("nexopoll")
-        except Exception:
-            pass
+        for queue in QUEUES:
+            try:
+                conn.default_channel.queue_delete(queue)
+            except Exception:
+                pass
 
 
-def queue_info(node: RabbitNode) -> dict:
-    """``durable`` and ``type`` of the nexopoll queue, as the node reports them."""
+def queue_info(node: RabbitNode, queue: str = "nexopoll") -> dict:
+    """``durable`` and ``type`` of a nexopoll queue, as the node reports them."""
     out = subprocess.run(
         ["/usr/lib/rabbitmq/bin/rabbitmqctl", "-n", node.name,
          "list_queues", "-q", "--no-table-headers", "name", "durable", "type"],
@@ -68,9 +71,9 @@ def queue_info(node: RabbitNode) -> dict:
     ).stdout  # fmt: skip
     for line in out.splitlines():
         name, durable, kind = line.split()
-        if name == "nexopoll":
+        if name == queue:
             return {"durable": durable == "true", "type": kind}
-    raise AssertionError(f"no nexopoll queue on the node:\n{out}")
+    raise AssertionError(f"no {queue} queue on the node:\n{out}")
 
 
 def test_ticks_single_and_batched_and_run_now_go_through_rabbitmq(rstack):
@@ -87,8 +90,9 @@ def test_ticks_single_and_batched_and_run_now_go_through_rabbitmq(rstack):
     for i in range(6):
         assert_no_loss_dup_safe(rstack.sink, f"j{i}", [1, 2])
     assert f"transport:   amqp://guest:**@127.0.0.1:{rstack.rabbit.port}" in rstack.procs[0].text()
-    assert not rstack.redis.exists("nexopoll")  # nothing went to a Redis list
-    assert queue_info(rstack.rabbit) == {"durable": True, "type": "quorum"}
+    assert not rstack.redis.exists(*QUEUES)  # nothing went to a Redis list
+    for queue in QUEUES:  # the tick queue and the delivery queue
+        assert queue_info(rstack.rabbit, queue) == {"durable": True, "type": "quorum"}
 
     # run-now, from another process configured the same way (the web's path)
     out = subprocess.run(

@@ -15,7 +15,7 @@ from django.utils import timezone
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import history, keys, lease
 from nexopoll.runtime.tick import tick_job
-from tests.support.celeryqueue import messages
+from tests.support.celeryqueue import DELIVERIES, messages
 from tests.support.procs import wait_for
 
 from .conftest import run_batch, scripted
@@ -41,7 +41,7 @@ def jobs(n: int) -> list[str]:
 def setup(cfg, redis_client, ids: list[str], **globals_) -> None:
     cfg.write([scripted(i) for i in ids], **globals_)
     cfg.reload()
-    redis_client.delete("nexopoll")  # the reload's own messages, if any
+    redis_client.delete("nexopoll", "nexopoll.deliveries")  # the reload's own messages, if any
     for n, job_id in enumerate(ids):
         redis_client.rpush(f"test:src:{job_id}", *range(1, n % 3 + 2))
 
@@ -92,7 +92,7 @@ def test_a_batch_ticks_each_job_as_a_single_tick_would_with_one_read_and_one_ins
         assert Delivery.objects.filter(job_id=job_id).count() == n % 3 + 1
         assert history.entries(redis_client, job_id)[0].status == "ok"
         assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
-    queued = {i for task, args in messages(redis_client) if task == "nexopoll.deliver"
+    queued = {i for task, args in messages(redis_client, DELIVERIES) if task == "nexopoll.deliver"
               for i in args[0]}  # fmt: skip
     assert queued == {str(d.id) for d in Delivery.objects.all()}  # handed to the queue
 

@@ -18,7 +18,7 @@ from nexopoll.runtime import delivery, history, lease
 from nexopoll.runtime.tick import tick_job
 from nexopoll.runtime.tick import write as tickwrite
 from tests.integration.faults import wait_clock
-from tests.support.celeryqueue import messages
+from tests.support.celeryqueue import DELIVERIES, messages
 from tests.support.procs import wait_for
 
 from .conftest import run_batch, scripted
@@ -42,14 +42,14 @@ def st(job_id: str) -> PollState:
 def setup(cfg, redis_client, ids: list[str], **globals_) -> None:
     cfg.write([scripted(i) for i in ids], **globals_)
     cfg.reload()
-    redis_client.delete("nexopoll")  # the reload's own messages, if any
+    redis_client.delete("nexopoll", "nexopoll.deliveries")  # the reload's own messages, if any
     for job_id in ids:
         redis_client.rpush(f"test:src:{job_id}", 1, 2)
 
 
 def queued(redis_client) -> set[str]:
     """Outbox row ids handed to the queue (``nexopoll.deliver`` messages)."""
-    return {i for task, args in messages(redis_client) if task == "nexopoll.deliver"
+    return {i for task, args in messages(redis_client, DELIVERIES) if task == "nexopoll.deliver"
             for i in args[0]}  # fmt: skip
 
 

@@ -99,7 +99,7 @@ def test_the_deliver_task_requeues_waiting_rows_with_a_countdown(cfg, redis_clie
         server.route("POST", TELEGRAM.path, TELEGRAM.ok)
         ids = telegram_job(cfg, redis_client, server, 2)
         Delivery.objects.filter(id__in=ids).update(next_attempt_at=timezone.now())
-        redis_client.delete("nexopoll")
+        redis_client.delete("nexopoll", "nexopoll.deliveries")
         outcomes = tasks.deliver.run(ids)
         [waiting] = [i for i in ids if outcomes[i] == "wait"]
         etas = deliver_etas(redis_client)

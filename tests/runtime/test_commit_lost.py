@@ -15,7 +15,7 @@ from django.utils import timezone
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import history, lease
 from nexopoll.runtime.tick import tick_job
-from tests.support.celeryqueue import messages
+from tests.support.celeryqueue import DELIVERIES, messages
 from tests.support.pgcut import CommitCut
 
 from .conftest import run_batch, scripted
@@ -54,7 +54,7 @@ def through(proxy: CommitCut, run):
 
 
 def queued(redis_client) -> set[str]:
-    return {i for task, args in messages(redis_client) if task == "nexopoll.deliver"
+    return {i for task, args in messages(redis_client, DELIVERIES) if task == "nexopoll.deliver"
             for i in args[0]}  # fmt: skip
 
 
@@ -62,7 +62,7 @@ def test_a_batch_whose_commit_reply_is_lost_reports_its_ticks_committed(cfg, red
     ids = ["j00", "j01", "j02"]
     cfg.write([scripted(i) for i in ids])
     cfg.reload()
-    redis_client.delete("nexopoll")
+    redis_client.delete("nexopoll", "nexopoll.deliveries")
     for job_id in ids:
         redis_client.rpush(f"test:src:{job_id}", 1, 2)
     cut.arm()
@@ -83,7 +83,7 @@ def test_a_batch_whose_commit_reply_is_lost_reports_its_ticks_committed(cfg, red
 def test_a_single_tick_whose_commit_reply_is_lost_reports_itself_committed(cfg, redis_client, cut):
     cfg.write([scripted("a")])
     cfg.reload()
-    redis_client.delete("nexopoll")
+    redis_client.delete("nexopoll", "nexopoll.deliveries")
     redis_client.rpush("test:src:a", 1, 2, 3)
     cut.arm()
     report = through(cut, lambda: tick_job("a", now=timezone.now()))

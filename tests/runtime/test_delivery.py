@@ -197,14 +197,14 @@ def test_a_failing_receiver_backs_off_through_short_etas_and_the_sweeper(cfg, re
         hook.route("POST", "/hook", sequence(500, reply(429, b"", {"Retry-After": "3600"})))
         (row_id,) = setup_job(cfg, redis_client, hook.url("/hook"))
         cursor = bytes(PollState.objects.get(job_id="a").cursor)
-        redis_client.delete("nexopoll")
+        redis_client.delete("nexopoll", "nexopoll.deliveries")
         before = datetime.now(UTC)
         assert tasks.deliver([row_id]) == {row_id: "retry"}
         eta = datetime.fromisoformat(deliver_etas(redis_client)[row_id])
         row = Delivery.objects.get(id=row_id)
         assert before < eta <= before + timedelta(seconds=61)
         assert abs((eta - row.next_attempt_at).total_seconds()) < 2
-        redis_client.delete("nexopoll")
+        redis_client.delete("nexopoll", "nexopoll.deliveries")
         Delivery.objects.filter(id=row_id).update(next_attempt_at=NOW)  # the ETA came
         assert tasks.deliver([row_id]) == {row_id: "retry"}
         row = Delivery.objects.get(id=row_id)

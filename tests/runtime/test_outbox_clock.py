@@ -69,7 +69,7 @@ def test_a_slow_worker_sends_rows_due_now(rows, redis_client):
 def test_a_slow_sweeper_queues_rows_due_now(rows, redis_client):
     with Sink() as sink:
         ids = rows(sink.url, 2)
-        redis_client.delete("nexopoll")
+        redis_client.delete("nexopoll", "nexopoll.deliveries")
         # written a while ago (past the sweeper's grace), their message lost
         Delivery.objects.update(created_at=true_now(redis_client) - timedelta(seconds=30),
                                 enqueued_at=None)  # fmt: skip
@@ -91,7 +91,7 @@ def test_a_fast_worker_requeues_a_waiting_row_with_an_eta_in_db_time(rows, redis
         (row_id,) = rows(sink.url, 1)
         due = true_now(redis_client) + timedelta(seconds=2)
         Delivery.objects.filter(id=row_id).update(next_attempt_at=due)
-        redis_client.delete("nexopoll")
+        redis_client.delete("nexopoll", "nexopoll.deliveries")
         with time_machine.travel(timezone.now() + SKEW, tick=True):
             assert tasks.deliver.run([row_id]) == {row_id: "wait"}
         eta = datetime.fromisoformat(deliver_etas(redis_client)[row_id])

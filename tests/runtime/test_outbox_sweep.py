@@ -16,7 +16,7 @@ from nexopoll.models import Delivery
 from nexopoll.runtime import outbox
 from nexopoll.runtime.delivery import deliver_rows, requeue_after
 from nexopoll.runtime.tick import tick_job
-from tests.support.celeryqueue import messages, queued_deliveries
+from tests.support.celeryqueue import DELIVERIES, messages, queued_deliveries
 from tests.support.sink import Sink
 
 from .conftest import scripted
@@ -48,17 +48,17 @@ def test_two_sweeps_in_a_row_enqueue_a_pending_row_once(cfg, redis_client):
     """Rows committed but never queued (the process died between commit and publish)."""
     with Sink() as sink:
         ids = commit_rows(cfg, redis_client, sink.url, 5)
-        redis_client.delete("nexopoll")
+        redis_client.delete(DELIVERIES)
         Delivery.objects.update(enqueued_at=None)
         assert tasks.sweep_outbox()["queued"] == 5
         assert queued_deliveries(redis_client) == {i: 1 for i in ids}
         assert all(r.enqueued_at is not None for r in Delivery.objects.all())
-        length = redis_client.llen("nexopoll")
+        length = redis_client.llen(DELIVERIES)
         for _ in range(3):  # later sweeps leave the queued rows alone
             assert tasks.sweep_outbox()["queued"] == 0
-        assert redis_client.llen("nexopoll") == length == 1  # one message of 5 rows
+        assert redis_client.llen(DELIVERIES) == length == 1  # one message of 5 rows
         assert queued_deliveries(redis_client) == {i: 1 for i in ids}
-        assert [t for t, _ in messages(redis_client)] == ["nexopoll.deliver"]
+        assert [t for t, _ in messages(redis_client, DELIVERIES)] == ["nexopoll.deliver"]
 
 
 def test_a_row_whose_message_was_lost_is_queued_again_after_the_window(cfg, redis_client):
@@ -67,7 +67,7 @@ def test_a_row_whose_message_was_lost_is_queued_again_after_the_window(cfg, redi
     with Sink() as sink:
         (row_id,) = commit_rows(cfg, redis_client, sink.url, 1)
         tasks.sweep_outbox()
-        redis_client.delete("nexopoll")  # the queue is lost
+        redis_client.delete(DELIVERIES)  # the queue is lost
         assert tasks.sweep_outbox()["queued"] == 0  # inside the window: trusted
         Delivery.objects.filter(id=row_id).update(enqueued_at=Now() - requeue_after())
         assert tasks.sweep_outbox()["queued"] == 1
@@ -85,7 +85,7 @@ def test_a_short_retry_is_queued_once_by_the_deliver_task_not_again_by_the_sweep
     with Sink() as sink:
         sink.server.route("POST", "/hook", lambda req: (503, {}, b""))
         (row_id,) = commit_rows(cfg, redis_client, sink.url, 1)
-        redis_client.delete("nexopoll")
+        redis_client.delete(DELIVERIES)
         assert tasks.deliver([row_id]) == {row_id: "retry"}
         assert queued_deliveries(redis_client) == {row_id: 1}  # with its countdown
         assert Delivery.objects.get(id=row_id).enqueued_at is not None
@@ -106,8 +106,8 @@ def take_at_once_and_fail(redis_client, sink):
     def handler(sender=None, **kw):
         if sender != "nexopoll.deliver":
             return
-        ids = [i for t, args in messages(redis_client) if t == sender for i in args[0]]
-        redis_client.delete("nexopoll")
+        ids = [i for t, args in messages(redis_client, DELIVERIES) if t == sender for i in args[0]]
+        redis_client.delete(DELIVERIES)
         outcomes.update(deliver_rows(ids, clock=timezone.now))
 
     after_task_publish.connect(handler, weak=False)
@@ -119,7 +119,7 @@ def test_a_row_taken_before_enqueue_returns_is_left_unmarked(cfg, redis_client):
     claim cleared the mark, and nothing marks it again, so the sweeper queues the retry."""
     with Sink() as sink:
         (row_id,) = commit_rows(cfg, redis_client, sink.url, 1)
-        redis_client.delete("nexopoll")
+        redis_client.delete(DELIVERIES)
         Delivery.objects.update(enqueued_at=None, next_attempt_at=timezone.now())
         outcomes, stop = take_at_once_and_fail(redis_client, sink)
         try:
@@ -138,7 +138,7 @@ def test_a_failed_publish_leaves_the_rows_unmarked(cfg, redis_client):
     queued, so the next sweep queues them at once."""
     with Sink() as sink:
         ids = commit_rows(cfg, redis_client, sink.url, 3)
-        redis_client.delete("nexopoll")
+        redis_client.delete(DELIVERIES)
         Delivery.objects.update(enqueued_at=None)
         redis_client.config_set("maxmemory-policy", "noeviction")
         redis_client.config_set("maxmemory", 1)
@@ -147,6 +147,6 @@ def test_a_failed_publish_leaves_the_rows_unmarked(cfg, redis_client):
         finally:
             redis_client.config_set("maxmemory", 0)
         assert not Delivery.objects.filter(enqueued_at__isnull=False).exists()
-        assert redis_client.llen("nexopoll") == 0
+        assert redis_client.llen(DELIVERIES) == 0
         assert outbox.sweep(now=NOW + timedelta(minutes=1))["queued"] == 3
         assert queued_deliveries(redis_client) == {i: 1 for i in ids}

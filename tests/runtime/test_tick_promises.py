@@ -103,9 +103,9 @@ def test_the_tick_works_again_once_the_outbox_accepts_rows(cfg, redis_client):
 
 
 def queued_deliver_messages(client) -> list[list[str]]:
-    """The ``nexopoll.deliver`` messages waiting in the broker (Redis list ``nexopoll``)."""
+    """The ``nexopoll.deliver`` messages waiting in the broker (list ``nexopoll.deliveries``)."""
     out = []
-    for raw in client.lrange("nexopoll", 0, -1):
+    for raw in client.lrange("nexopoll.deliveries", 0, -1):
         msg = json.loads(raw)
         if msg["headers"]["task"] == "nexopoll.deliver":
             args = json.loads(base64.b64decode(msg["body"]))[0]

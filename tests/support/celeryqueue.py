@@ -13,7 +13,8 @@ import json
 from collections import Counter
 from typing import Any
 
-QUEUE = "nexopoll"
+QUEUE = "nexopoll"  # ticks, batches, run-now
+DELIVERIES = "nexopoll.deliveries"  # deliveries and outbox sweeps (settings: task_routes)
 
 
 def messages(client: Any, queue: str = QUEUE) -> list[tuple[str, list[Any]]]:
@@ -26,7 +27,7 @@ def messages(client: Any, queue: str = QUEUE) -> list[tuple[str, list[Any]]]:
     return out
 
 
-def deliver_etas(client: Any, queue: str = QUEUE) -> dict[str, str | None]:
+def deliver_etas(client: Any, queue: str = DELIVERIES) -> dict[str, str | None]:
     """Row id → the ``eta`` header (ISO text, None for "now") of its deliver message."""
     out: dict[str, str | None] = {}
     for raw in reversed(client.lrange(queue, 0, -1)):
@@ -37,7 +38,7 @@ def deliver_etas(client: Any, queue: str = QUEUE) -> dict[str, str | None]:
     return out
 
 
-def queued_deliveries(client: Any, queue: str = QUEUE) -> Counter[str]:
+def queued_deliveries(client: Any, queue: str = DELIVERIES) -> Counter[str]:
     """How many ``nexopoll.deliver`` messages carry each outbox row id."""
     return Counter(
         row_id
