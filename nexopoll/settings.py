@@ -16,8 +16,12 @@ from kombu import Exchange, Queue
 from .env import env_bool, env_float, env_int, env_secret, env_str
 from .redisconf import celery_overrides, sentinel_conf
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# NEXOPOLL_HOME holds data/, config/pollers.yaml and plugins/ (default: the current
+# directory, the checkout under `make run`): an installed package writes nothing inside itself.
+BASE_DIR = Path(env_str("NEXOPOLL_HOME", "") or ".").resolve()
 DATA_DIR = Path(env_str("NEXOPOLL_DATA_DIR", str(BASE_DIR / "data")))
+# The demo feed /demo/items that config/pollers.yaml's demo jobs poll (`make run` turns it on)
+NEXOPOLL_DEMO = env_bool("NEXOPOLL_DEMO", False)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 # The built-in key lets the CLI, the workers and the tests run without one; the web
