@@ -7,6 +7,7 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import dj_database_url
@@ -88,6 +89,8 @@ def _database() -> dict:
     if url:
         db = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     else:
+        with contextlib.suppress(OSError):  # a fresh NEXOPOLL_HOME: `nexopoll migrate` makes it
+            DATA_DIR.mkdir(parents=True, exist_ok=True)
         db = {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(DATA_DIR / "nexopoll.sqlite3"),
