@@ -15,6 +15,8 @@ import os
 import re
 import sys
 
+from nexopoll.core.extras import MissingExtra, require
+
 _PAIR = re.compile(r"[^:,\s]+:[^,\s]+")
 # ``celery`` in a non-dumpable process: a plugin cannot read Flower's environment
 _CELERY = (
@@ -46,6 +48,10 @@ def flower_command(env: dict[str, str], extra: list[str]) -> tuple[list[str], di
 
 
 def main() -> None:
+    try:
+        require("flower", "flower", "python -m nexopoll.flower")
+    except MissingExtra as exc:
+        raise SystemExit(str(exc)) from None
     cmd, env = flower_command(dict(os.environ), sys.argv[1:])
     os.execve(cmd[0], cmd, env)
 

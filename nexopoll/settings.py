@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
+from .core.extras import MissingExtra, require
 from .env import env_bool, env_float, env_int, env_secret, env_str
 from .redisconf import celery_overrides, sentinel_conf
 
@@ -100,6 +101,10 @@ def _database() -> dict:
     # health check before its next use and replaced (workers re-arm it before each task).
     db["CONN_HEALTH_CHECKS"] = True
     if db["ENGINE"].endswith(("postgresql", "postgis")):
+        try:
+            require("psycopg", "postgres", "a PostgreSQL DATABASE_URL")
+        except MissingExtra as exc:
+            raise ImproperlyConfigured(str(exc)) from None
         lock_ms = int(NEXOPOLL_DB_LOCK_TIMEOUT_SECS * 1000)
         stmt_ms = int(NEXOPOLL_DB_STATEMENT_TIMEOUT_SECS * 1000)
         options = db.setdefault("OPTIONS", {})
