@@ -84,3 +84,17 @@ def test_a_postgres_url_without_psycopg_names_the_extra():
     """, DATABASE_URL="postgres://u@127.0.0.1:1/db")  # fmt: skip
     assert done.returncode == 1
     assert "psycopg is not installed; pip install 'nexopoll[postgres]'" in done.stderr
+
+
+def test_all_is_every_optional_part_and_make_venv_installs_it():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    parts = ("postgres", "google", "mcp", "flower", "legacy")
+    assert sorted(extras["all"]) == sorted(r for p in parts for r in extras[p])
+    hard = " ".join(project["dependencies"]).lower()
+    for name in ("psycopg", "google-auth", "mcp", "flower", "ruamel", "honcho"):
+        assert name not in hard, f"{name} is optional (an extra), not a dependency"
+    assert any(r.startswith("honcho") for r in extras["dev"])  # `make run` starts honcho
+    assert "pip install -q -e '.[dev,all]'" in (ROOT / "Makefile").read_text()
