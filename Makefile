@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 REDIS_URL ?= redis://127.0.0.1:6379/0
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 PORT ?= 8000
-# the demo jobs in config/pollers.yaml poll the web process
+# the demo jobs in config/pollers.yaml poll the web process (`make run` serves /demo/items)
 NEXOPOLL_DEMO_BASE ?= http://127.0.0.1:$(PORT)
 export REDIS_URL PORT NEXOPOLL_DEMO_BASE
 # processes find gunicorn, celery and python on PATH (the Procfile names no venv path)
@@ -18,7 +18,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,all]'
 	@touch $@
 
 venv: $(VENV)/.installed
@@ -75,6 +75,7 @@ run: venv redis migrate reload static flower-auth data/secret_key
 	@echo "health: http://127.0.0.1:$(PORT)/healthz    stop everything: Ctrl-C, then make stop"
 	@if [ -z "$$DJANGO_SECRET_KEY$$DJANGO_SECRET_KEY_FILE" ]; then \
 	  export DJANGO_SECRET_KEY_FILE=$(CURDIR)/data/secret_key; fi; \
+	NEXOPOLL_DEMO=1 \
 	NEXOPOLL_FLOWER_BASIC_AUTH="$${NEXOPOLL_FLOWER_BASIC_AUTH:-admin:$$(cat data/flower-password 2>/dev/null)}" \
 	  exec $(PY) -m nexopoll.devstack run data/run.pid -- honcho start -p $(PORT) -f Procfile web worker beat flower
 

@@ -3,9 +3,9 @@
 ``nexopoll VERB …`` is ``manage.py pollers VERB …`` (``nexopoll list``, ``nexopoll run ID``);
 ``nexopoll pollers VERB …`` is the same. Any other Django management command runs as it
 would under ``manage.py``: ``nexopoll migrate``, ``nexopoll createsuperuser``,
-``nexopoll collectstatic``. A pollers verb wins over a Django command of the same name
-(``nexopoll check`` is ``pollers check``). ``nexopoll`` and ``nexopoll --help`` show the
-pollers verbs.
+``nexopoll collectstatic``, ``nexopoll runserver``. A pollers verb wins over a Django
+command of the same name (``nexopoll check`` is ``pollers check``). ``nexopoll`` and
+``nexopoll --help`` show the pollers verbs.
 """
 
 from __future__ import annotations

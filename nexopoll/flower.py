@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from nexopoll.core.extras import MissingExtra, require
+
 _PAIR = re.compile(r"[^:,\s]+:[^,\s]+")
 # ``celery`` in a non-dumpable process: a plugin cannot read Flower's environment
 _CELERY = (
@@ -77,6 +79,10 @@ def flower_command(
 
 
 def main() -> None:
+    try:
+        require("flower", "flower", "python -m nexopoll.flower")
+    except MissingExtra as exc:
+        raise SystemExit(str(exc)) from None
     # the child process's environment is this one's (Celery reads its settings there)
     cmd, env = flower_command(FlowerSettings.from_django(), os.environ, sys.argv[1:])
     os.execve(cmd[0], cmd, env)

@@ -7,17 +7,23 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
+from .core.extras import MissingExtra, require
 from .env import env_bool, env_float, env_int, env_secret, env_str
 from .redisconf import celery_overrides, sentinel_conf
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# NEXOPOLL_HOME holds data/, config/pollers.yaml and plugins/ (default: the current
+# directory, the checkout under `make run`): an installed package writes nothing inside itself.
+BASE_DIR = Path(env_str("NEXOPOLL_HOME", "") or ".").resolve()
 DATA_DIR = Path(env_str("NEXOPOLL_DATA_DIR", str(BASE_DIR / "data")))
+# The demo feed /demo/items that config/pollers.yaml's demo jobs poll (`make run` turns it on)
+NEXOPOLL_DEMO = env_bool("NEXOPOLL_DEMO", False)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 # The built-in key lets the CLI, the workers and the tests run without one; the web
@@ -84,6 +90,8 @@ def _database() -> dict:
     if url:
         db = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     else:
+        with contextlib.suppress(OSError):  # a fresh NEXOPOLL_HOME: `nexopoll migrate` makes it
+            DATA_DIR.mkdir(parents=True, exist_ok=True)
         db = {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(DATA_DIR / "nexopoll.sqlite3"),
@@ -93,6 +101,10 @@ def _database() -> dict:
     # health check before its next use and replaced (workers re-arm it before each task).
     db["CONN_HEALTH_CHECKS"] = True
     if db["ENGINE"].endswith(("postgresql", "postgis")):
+        try:
+            require("psycopg", "postgres", "a PostgreSQL DATABASE_URL")
+        except MissingExtra as exc:
+            raise ImproperlyConfigured(str(exc)) from None
         lock_ms = int(NEXOPOLL_DB_LOCK_TIMEOUT_SECS * 1000)
         stmt_ms = int(NEXOPOLL_DB_STATEMENT_TIMEOUT_SECS * 1000)
         options = db.setdefault("OPTIONS", {})

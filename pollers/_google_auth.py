@@ -11,15 +11,15 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import google.auth.exceptions
-import google.auth.transport
-from google.oauth2.credentials import Credentials
+from typing import TYPE_CHECKING, Any
 
 from nexopoll.core.contract import CancelToken
 from nexopoll.core.errors import CredentialsMissingError, PermanentError, TransientError
+from nexopoll.core.extras import MissingExtra, require
 from nexopoll.net import http
+
+if TYPE_CHECKING:
+    from google.oauth2.credentials import Credentials
 
 GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
 TOKEN_MAX_BYTES = 256 * 1024
@@ -47,7 +47,16 @@ class GoogleBinding:
         return cls(token_path=token_path, **values)
 
 
-class _NetResponse(google.auth.transport.Response):
+def _google_auth(module: str) -> Any:
+    """A module of google-auth (the ``google`` extra), imported when a job first needs a
+    token: without it the kinds still load, and their ticks fail saying what to install."""
+    try:
+        return require(module, "google", "the gmail and google_calendar pollers", "google-auth")
+    except MissingExtra as exc:
+        raise PermanentError(str(exc)) from None
+
+
+class _NetResponse:  # google.auth.transport.Response's interface
     def __init__(self, resp: http.Response) -> None:
         self._resp = resp
 
@@ -64,7 +73,7 @@ class _NetResponse(google.auth.transport.Response):
         return self._resp.body
 
 
-class NetRequest(google.auth.transport.Request):
+class NetRequest:  # google.auth.transport.Request's interface
     """google-auth's transport, through our HTTP layer.
 
     408, 429 and 5xx raise :class:`TransientHTTPError` at once instead of letting
@@ -163,7 +172,8 @@ def load_credentials(binding: GoogleBinding) -> Credentials:
             f"google credentials lack {', '.join(missing)} (token file {binding.token_path!r}"
             + (f", client file {binding.client_id_path!r})" if binding.client_id_path else ")")
         )
-    return Credentials(
+    credentials = _google_auth("google.oauth2.credentials").Credentials
+    return credentials(
         token=merged.get("token") or merged.get("access_token"),
         refresh_token=merged["refresh_token"],
         token_uri=merged.get("token_uri") or GOOGLE_TOKEN_URI,
@@ -224,9 +234,10 @@ class AuthClient:
 
     def _refresh(self, creds: Credentials, cancel: CancelToken | None) -> None:
         self.refreshes += 1
+        errors = _google_auth("google.auth.exceptions")
         try:
             creds.refresh(NetRequest(cancel))
-        except google.auth.exceptions.RefreshError as exc:
+        except errors.RefreshError as exc:
             data = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
             code = str(data.get("error") or "")[:64]
             desc = str(data.get("error_description") or "")[:200]
@@ -238,7 +249,7 @@ class AuthClient:
                 f"{self.binding.token_path!r} is expired or revoked: re-authorize the account"
             )
             raise PermanentError(self._dead) from None
-        except google.auth.exceptions.GoogleAuthError as exc:
+        except errors.GoogleAuthError as exc:
             raise TransientError(f"google token refresh failed ({type(exc).__name__})") from None
 
 

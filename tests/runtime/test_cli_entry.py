@@ -22,6 +22,9 @@ def test_other_management_commands_run_as_under_manage_py():
     assert command_line(["migrate", "--noinput"]) == ["nexopoll", "migrate", "--noinput"]
     assert command_line(["createsuperuser"]) == ["nexopoll", "createsuperuser"]
     assert command_line(["collectstatic"]) == ["nexopoll", "collectstatic"]
+    assert command_line(["runserver", "127.0.0.1:8001"]) == ["nexopoll", "runserver",
+                                                             "127.0.0.1:8001"]  # fmt: skip
+    # (tests/test_wheel.py runs `nexopoll pollers list` and `nexopoll runserver` installed)
 
 
 def test_the_console_script_migrates_and_creates_a_superuser(tmp_path):

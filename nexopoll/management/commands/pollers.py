@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from nexopoll import services
+from nexopoll.core.extras import MissingExtra, require
 
 
 class Command(BaseCommand):
@@ -215,6 +216,7 @@ class Command(BaseCommand):
         self.stdout.write("ok: pollers.yaml valid, Redis reachable")
 
     def do_import_legacy(self, path: str, **opts: Any) -> None:
+        _optional("ruamel.yaml", "legacy", "nexopoll import-legacy")
         from nexopoll.legacy_import import import_legacy_command
 
         import_legacy_command(self, path, write=opts["write"])
@@ -314,9 +316,18 @@ class Command(BaseCommand):
 
     def do_mcp(self, **opts: Any) -> None:
         """The LLM tools over the Model Context Protocol (stdio: nothing else on stdout)."""
+        _optional("mcp", "mcp", "nexopoll mcp")
         from nexopoll.llm_tools.mcp_server import serve
 
         serve(agent=opts["agent"])
+
+
+def _optional(module: str, extra: str, needed_by: str) -> None:
+    """A verb's optional dependency (an extra), or the command fails naming the extra."""
+    try:
+        require(module, extra, needed_by)
+    except MissingExtra as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _plugin_problems() -> list[str]:
