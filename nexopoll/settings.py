@@ -294,6 +294,10 @@ NEXOPOLL_FLOWER_INSECURE = env_str("NEXOPOLL_FLOWER_INSECURE", "") == "1"
 NEXOPOLL_FLOWER_ADDRESS = env_str("NEXOPOLL_FLOWER_ADDRESS", "127.0.0.1")
 NEXOPOLL_FLOWER_PORT = env_int("NEXOPOLL_FLOWER_PORT", 5555)
 
+# The Procfile's worker launcher (python -m nexopoll.workers) validates these two sizes.
+NEXOPOLL_WORKER_PROCESSES = env_str("NEXOPOLL_WORKER_PROCESSES", "")  # "": one per core
+NEXOPOLL_WORKER_THREADS = env_str("NEXOPOLL_WORKER_THREADS", "")  # "": 64
+
 # --- Celery -------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Every Redis key nexopoll writes starts with this (leases, rate limits, politeness,

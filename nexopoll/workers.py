@@ -143,11 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--dry-run", action="store_true", help="print the commands, start none")
     args, extra = ap.parse_known_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
+    from django.conf import settings  # the sizes are settings; the launcher needs no app
+
     processes = _positive(
-        "NEXOPOLL_WORKER_PROCESSES", os.environ.get("NEXOPOLL_WORKER_PROCESSES"), cores()
+        "NEXOPOLL_WORKER_PROCESSES", settings.NEXOPOLL_WORKER_PROCESSES, cores()
     )
     threads = _positive(
-        "NEXOPOLL_WORKER_THREADS", os.environ.get("NEXOPOLL_WORKER_THREADS"), DEFAULT_THREADS
+        "NEXOPOLL_WORKER_THREADS", settings.NEXOPOLL_WORKER_THREADS, DEFAULT_THREADS
     )
     commands = worker_commands(processes, threads, extra)
     if args.dry_run:

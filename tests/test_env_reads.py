@@ -13,6 +13,7 @@ ALLOWED = {
     "nexopoll/cli.py": "setdefault",
     "nexopoll/celery.py": "setdefault",
     "nexopoll/wsgi.py": "setdefault",
+    "nexopoll/workers.py": "setdefault",
     # the Flower launcher hands its environment to Flower's process
     "nexopoll/flower.py": "setdefault, the child's environment",
     # the mapping ${VAR} references in pollers.yaml resolve against (by design)

@@ -100,17 +100,19 @@ def test_a_child_that_dies_is_reported_and_ends_the_group(tmp_path):
     ]  # fmt: skip
 
 
-def test_the_command_line_per_process(monkeypatch, capsys):
-    monkeypatch.setenv("NEXOPOLL_WORKER_PROCESSES", "3")
-    monkeypatch.setenv("NEXOPOLL_WORKER_THREADS", "16")
+def test_the_command_line_per_process(settings, capsys):
+    # the sizes are settings (NEXOPOLL_WORKER_PROCESSES / _THREADS in the environment)
+    settings.NEXOPOLL_WORKER_PROCESSES = "3"
+    settings.NEXOPOLL_WORKER_THREADS = "16"
     assert workers.main(["--dry-run", "-Q", "nexopoll"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     for i, line in enumerate(lines, 1):
         assert f" -P threads -c 16 -n worker{i}@%h " in line and line.endswith(" -Q nexopoll")
-    monkeypatch.delenv("NEXOPOLL_WORKER_PROCESSES")
-    assert len(workers.worker_commands(workers.cores(), 64)) == workers.cores()
-    monkeypatch.setenv("NEXOPOLL_WORKER_PROCESSES", "0")
+    settings.NEXOPOLL_WORKER_PROCESSES = ""
+    assert workers.main(["--dry-run"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == workers.cores()
+    settings.NEXOPOLL_WORKER_PROCESSES = "0"
     with pytest.raises(SystemExit, match="NEXOPOLL_WORKER_PROCESSES must be"):
         workers.main(["--dry-run"])
 
