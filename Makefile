@@ -115,6 +115,7 @@ test-pg: venv redis-bin
 # front-ends' independence.
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .  # the formatter, not hand layout: no "fmt: skip" blocks
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m nexopoll.devtools.cycles  # no import cycle among nexopoll's modules
 	$(MAKE) --no-print-directory docs

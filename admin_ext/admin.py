@@ -37,17 +37,26 @@ def _newest_deliveries(job_id: str, n: int = 50) -> list[Delivery]:
     """The job page's deliveries, newest first, with short ids and UTC times as the list."""
     rows = list(Delivery.objects.filter(job_id=job_id).order_by("-created_at", "-id")[:n])
     for d in rows:
-        d.short_id = display.short_id(d.id)  # type: ignore[attr-defined]
-        d.created = display.stamp(d.created_at)  # type: ignore[attr-defined]
+        d.short_id = display.short_id(d.id)
+        d.created = display.stamp(d.created_at)
     return rows
 
 
 @admin.register(Job)
 class JobAdmin(RuntimeOwnedAdmin):
     list_display = (
-        "job_id", "kind", "agent", "schedule_col", "paused_col", "status_col", "error_col",
-        "last_run_col", "next_run_col", "seen_col", "dispatched_col",
-    )  # fmt: skip
+        "job_id",
+        "kind",
+        "agent",
+        "schedule_col",
+        "paused_col",
+        "status_col",
+        "error_col",
+        "last_run_col",
+        "next_run_col",
+        "seen_col",
+        "dispatched_col",
+    )
     list_filter = (PausedFilter, BreakerFilter, FailingFilter, "kind", "agent")
     search_fields = ("job_id",)
     actions = ("pause", "resume", "reset", "run_now", "dry_run")
@@ -58,10 +67,10 @@ class JobAdmin(RuntimeOwnedAdmin):
         return permissions.allowed(request.user, permissions.OPERATE)
 
     # --- live state: joined to the page's jobs (PollState.job, no hand join) -----------
-    def get_queryset(self, request: HttpRequest):  # type: ignore[no-untyped-def]
+    def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).select_related("state")
 
-    def _st(self, job) -> PollState | None:  # type: ignore[no-untyped-def]
+    def _st(self, job) -> PollState | None:
         return getattr(job, "state", None)  # a job without a state row yet: None
 
     @admin.display(description="schedule")
@@ -81,12 +90,18 @@ class JobAdmin(RuntimeOwnedAdmin):
         streak = f" \u00d7{st.consecutive_errors}" if st and st.consecutive_errors else ""
         breaker = services.breaker_label(st.breaker_open_until if st else None, timezone.now())
         return format_html(
-            '<span class="np-badge np-{}">{}</span>{} {}', status, status, streak,
-            "" if breaker == "closed" else format_html(
+            '<span class="np-badge np-{}">{}</span>{} {}',
+            status,
+            status,
+            streak,
+            ""
+            if breaker == "closed"
+            else format_html(
                 '<span class="np-badge np-breaker" title="breaker {}">breaker {}</span>',
-                breaker, "open" if breaker == "open" else "½",
+                breaker,
+                "open" if breaker == "open" else "½",
             ),
-        )  # fmt: skip
+        )
 
     @admin.display(description="last error")
     def error_col(self, job: Job) -> str:
@@ -102,12 +117,12 @@ class JobAdmin(RuntimeOwnedAdmin):
         )
 
     @admin.display(description="last run")
-    def last_run_col(self, job: Job):  # type: ignore[no-untyped-def]
+    def last_run_col(self, job: Job):
         st = self._st(job)
         return display.when(st.last_run_at if st else None, display.job_zone(job.schedule), False)
 
     @admin.display(description="next run")
-    def next_run_col(self, job: Job):  # type: ignore[no-untyped-def]
+    def next_run_col(self, job: Job):
         st = self._st(job)
         if st is not None and st.paused:
             return "paused"  # no next run until resumed (then: its next slot)
@@ -125,7 +140,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         return st.items_dispatched_total if st else 0
 
     # --- actions --------------------------------------------------------------------
-    def _each(self, request, queryset, verb, fn) -> list[str]:  # type: ignore[no-untyped-def]
+    def _each(self, request, queryset, verb, fn) -> list[str]:
         """Apply ``fn`` to each selected job; the ids it was applied to, for the message."""
         done = []
         for job in queryset:
@@ -139,24 +154,24 @@ class JobAdmin(RuntimeOwnedAdmin):
 
     def _done(self, request, past: str, ids: list[str], tail: str = "") -> None:
         if ids:
-            self.message_user(
-                request, f"{past} {display.id_list(ids)}{tail}.", messages.SUCCESS
-            )
+            self.message_user(request, f"{past} {display.id_list(ids)}{tail}.", messages.SUCCESS)
 
     @admin.action(description="Pause selected jobs", permissions=["operate"])
-    def pause(self, request, queryset):  # type: ignore[no-untyped-def]
+    def pause(self, request, queryset):
         ids = self._each(
-            request, queryset, "pause",
+            request,
+            queryset,
+            "pause",
             lambda j: services.pause_job(j, reason=f"paused by {request.user.get_username()}"),
-        )  # fmt: skip
+        )
         self._done(request, "Paused", ids)
 
     @admin.action(description="Resume selected jobs", permissions=["operate"])
-    def resume(self, request, queryset):  # type: ignore[no-untyped-def]
+    def resume(self, request, queryset):
         self._done(request, "Resumed", self._each(request, queryset, "resume", services.resume_job))
 
     @admin.action(description="Reset selected jobs (clears cursors)…", permissions=["operate"])
-    def reset(self, request, queryset):  # type: ignore[no-untyped-def]
+    def reset(self, request, queryset):
         if request.POST.get("post") == "yes":
             ids = self._each(request, queryset, "reset", services.reset_job)
             self._done(request, "Reset", ids, ": cursors cleared")
@@ -185,7 +200,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         )
 
     @admin.action(description="Run selected jobs now", permissions=["operate"])
-    def run_now(self, request, queryset):  # type: ignore[no-untyped-def]
+    def run_now(self, request, queryset):
         queued = []
         for job in queryset:
             task_id = services.run_now_async(job.job_id)
@@ -200,29 +215,36 @@ class JobAdmin(RuntimeOwnedAdmin):
         self.message_user(request, msg, messages.SUCCESS)
 
     @admin.action(description="Dry run selected jobs (commits nothing)", permissions=["operate"])
-    def dry_run(self, request, queryset):  # type: ignore[no-untyped-def]
+    def dry_run(self, request, queryset):
         jobs = list(queryset[:10])
         results = _dry_runs([job.job_id for job in jobs])
         results = [(job, results[job.job_id]) for job in jobs]
         return TemplateResponse(
             request,
             "admin_ext/dry_run.html",
-            {**self.admin_site.each_context(request), "title": "Dry run", "results": results,
-             "opts": self.model._meta},
-        )  # fmt: skip
+            {
+                **self.admin_site.each_context(request),
+                "title": "Dry run",
+                "results": results,
+                "opts": self.model._meta,
+            },
+        )
 
     # --- a job's page and its buttons ----------------------------------------------
-    def get_urls(self):  # type: ignore[no-untyped-def]
+    def get_urls(self):
         wrap = self.admin_site.admin_view
         mine = [
             path("reload/", wrap(reload_view(self)), name="admin_ext_job_reload"),
             path("<path:object_id>/do/<str:verb>/", wrap(self.job_verb), name="admin_ext_job_verb"),
-            path("<path:object_id>/rewind/<int:tick>/", wrap(self.rewind_view),
-                 name="admin_ext_job_rewind"),
-        ]  # fmt: skip
+            path(
+                "<path:object_id>/rewind/<int:tick>/",
+                wrap(self.rewind_view),
+                name="admin_ext_job_rewind",
+            ),
+        ]
         return mine + super().get_urls()
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):  # type: ignore[no-untyped-def]
+    def change_view(self, request, object_id, form_url="", extra_context=None):
         job = self.get_object(request, unquote(object_id))  # ids in admin URLs are quote()d
         if job is None or not self.has_view_permission(request, job):
             return super().change_view(request, object_id, form_url, extra_context)
@@ -246,8 +268,9 @@ class JobAdmin(RuntimeOwnedAdmin):
             "cursor_text": cursor,
             "history": entries,
             "strip": display.tick_strip(entries),
-            "host_wait": display.host_wait_note(services.host_wait(job.job_id),
-                                                display.job_zone(job.schedule)),
+            "host_wait": display.host_wait_note(
+                services.host_wait(job.job_id), display.job_zone(job.schedule)
+            ),
             "deliveries": _newest_deliveries(job.job_id),
             "preview": services.preview_job(job.job_id, now=now, count=10),
             "runs": services.run_now_results(job.job_id),
@@ -255,7 +278,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         }
         return TemplateResponse(request, self.change_form_template, context)
 
-    def _job_or_404(self, request, object_id):  # type: ignore[no-untyped-def]
+    def _job_or_404(self, request, object_id):
         job = self.get_object(request, unquote(object_id))
         if job is None:
             raise Http404(f"no job {unquote(object_id)!r}")
@@ -263,7 +286,7 @@ class JobAdmin(RuntimeOwnedAdmin):
             raise PermissionDenied
         return job
 
-    def job_verb(self, request, object_id, verb):  # type: ignore[no-untyped-def]
+    def job_verb(self, request, object_id, verb):
         job = self._job_or_404(request, object_id)
         back = display.job_url(job.job_id)
         if verb == "dry-run":
@@ -278,7 +301,7 @@ class JobAdmin(RuntimeOwnedAdmin):
         verbs[verb](request, Job.objects.filter(job_id=job.job_id))
         return HttpResponseRedirect(back)
 
-    def rewind_view(self, request, object_id, tick):  # type: ignore[no-untyped-def]
+    def rewind_view(self, request, object_id, tick):
         job = self.get_object(request, unquote(object_id))
         if job is None or not self.has_operate_permission(request):
             raise PermissionDenied
@@ -297,9 +320,15 @@ class JobAdmin(RuntimeOwnedAdmin):
         return TemplateResponse(
             request,
             "admin_ext/rewind_confirm.html",
-            {**self.admin_site.each_context(request), "title": f"Rewind {job.job_id}?",
-             "job": job, "entry": entry, "tick": tick, "opts": self.model._meta},
-        )  # fmt: skip
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Rewind {job.job_id}?",
+                "job": job,
+                "entry": entry,
+                "tick": tick,
+                "opts": self.model._meta,
+            },
+        )
 
 
 def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
@@ -317,8 +346,12 @@ def _dry_runs(job_ids: list[str]) -> dict[str, dict]:
         outcome = services.runs.wait(task_id, timeout=max(deadline - time.monotonic(), 0.001))
         if outcome is None:
             url = display.job_url(job_id)
-            out[job_id] = {"running": True, "task_id": task_id, "job_url": url,
-                           "status_url": f"/api/pollers/{job_id}/runs/{task_id}"}  # fmt: skip
+            out[job_id] = {
+                "running": True,
+                "task_id": task_id,
+                "job_url": url,
+                "status_url": f"/api/pollers/{job_id}/runs/{task_id}",
+            }
         else:
             out[job_id] = _dry_view(outcome)
     return out
@@ -331,7 +364,11 @@ def _dry_view(outcome: dict) -> dict:
     text = tick.get("next_cursor")
     fmt, cursor = services.cursor_pretty(None if text is None else str(text).encode())
     return {
-        "status": tick["status"], "error": tick["error"], "deliveries": tick["deliveries"],
-        "cursor_format": fmt, "cursor_text": cursor, "items_seen": tick["items_seen"],
+        "status": tick["status"],
+        "error": tick["error"],
+        "deliveries": tick["deliveries"],
+        "cursor_format": fmt,
+        "cursor_text": cursor,
+        "items_seen": tick["items_seen"],
         "cursor_unchanged": text is None,
-    }  # fmt: skip
+    }

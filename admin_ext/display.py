@@ -102,7 +102,7 @@ def truncate(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _repeats(e) -> str:  # type: ignore[no-untyped-def]
+def _repeats(e) -> str:
     """A run of skipped ticks kept as one entry: how many, since when."""
     if getattr(e, "repeats", 1) <= 1 or e.since is None:
         return ""

@@ -14,10 +14,10 @@ class _StateFilter(admin.SimpleListFilter):
 
     conds: dict[str, Q] = {}
 
-    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+    def lookups(self, request, model_admin):
         return [(key, key.replace("_", " ")) for key in self.conditions()]
 
-    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+    def queryset(self, request, queryset):
         cond = self.conditions().get(self.value() or "")
         if cond is None:
             return queryset
@@ -37,7 +37,7 @@ class BreakerFilter(_StateFilter):
     title = "breaker"
     parameter_name = "breaker"
 
-    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+    def lookups(self, request, model_admin):
         return [("open", "open"), ("closed", "closed or half-open")]
 
     def conditions(self) -> dict[str, Q]:

@@ -23,9 +23,18 @@ from .refusals import shown
 @admin.register(OutboxRow)
 class OutboxAdmin(RuntimeOwnedAdmin):
     list_display = (
-        "id_col", "job_col", "purpose", "channel", "recipient_col", "status", "attempts",
-        "next_attempt_col", "created_col", "sent_col", "error_col",
-    )  # fmt: skip
+        "id_col",
+        "job_col",
+        "purpose",
+        "channel",
+        "recipient_col",
+        "status",
+        "attempts",
+        "next_attempt_col",
+        "created_col",
+        "sent_col",
+        "error_col",
+    )
     list_display_links = ("id_col",)
     change_list_template = "admin_ext/outbox_changelist.html"
     list_filter = ("status", "channel", "purpose")
@@ -33,13 +42,26 @@ class OutboxAdmin(RuntimeOwnedAdmin):
     search_fields = ("=job_id", "=id")
     actions = ("redeliver",)
     readonly_fields = (
-        "id", "job_col", "agent", "epoch", "purpose", "channel", "recipient", "payload", "status",
-        "attempts", "next_attempt_at_", "claimed_until_", "enqueued_at_", "last_error",
-        "created_col", "sent_col",
-    )  # fmt: skip
+        "id",
+        "job_col",
+        "agent",
+        "epoch",
+        "purpose",
+        "channel",
+        "recipient",
+        "payload",
+        "status",
+        "attempts",
+        "next_attempt_at_",
+        "claimed_until_",
+        "enqueued_at_",
+        "last_error",
+        "created_col",
+        "sent_col",
+    )
     fields = readonly_fields  # only these: the model's own time fields would read "2:18 p.m."
 
-    def get_search_results(self, request, queryset, search_term):  # type: ignore[no-untyped-def]
+    def get_search_results(self, request, queryset, search_term):
         """A short id as the list shows it (hex digits, 4 or more) finds its rows too."""
         found, dups = super().get_search_results(request, queryset, search_term)
         term = search_term.strip().replace("-", "").lower()
@@ -98,7 +120,7 @@ class OutboxAdmin(RuntimeOwnedAdmin):
         return format_html('<span class="np-err" title="{}">{}</span>', row.last_error[:1000], text)
 
     @admin.action(description="Redeliver selected dead or held rows", permissions=["redeliver"])
-    def redeliver(self, request, queryset):  # type: ignore[no-untyped-def]
+    def redeliver(self, request, queryset):
         rows = list(queryset)
         eligible = [r for r in rows if r.status in ("dead", "held")]
         skipped = len(rows) - len(eligible)

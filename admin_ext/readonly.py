@@ -18,8 +18,8 @@ class RuntimeOwnedAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
         return False

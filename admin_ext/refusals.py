@@ -17,7 +17,7 @@ class Outcome:
 
 
 @contextmanager
-def shown(model_admin, request, prefix: str = "") -> Iterator[Outcome]:  # type: ignore[no-untyped-def]
+def shown(model_admin, request, prefix: str = "") -> Iterator[Outcome]:
     """Run the block; a ``ServiceError`` it raises is shown to the user (``prefix`` first)
     and kept on the outcome (``refused``) instead of propagating."""
     outcome = Outcome()

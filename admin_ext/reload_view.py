@@ -24,8 +24,8 @@ def _digest() -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def reload_view(model_admin):  # type: ignore[no-untyped-def]
-    def view(request):  # type: ignore[no-untyped-def]
+def reload_view(model_admin):
+    def view(request):
         if not permissions.allowed(request.user, permissions.RELOAD):
             raise PermissionDenied
         changelist = reverse("admin:admin_ext_job_changelist")
@@ -33,9 +33,10 @@ def reload_view(model_admin):  # type: ignore[no-untyped-def]
         if request.method == "POST" and request.POST.get("post") == "yes":
             if request.POST.get("digest") != digest:
                 model_admin.message_user(
-                    request, "pollers.yaml changed since the plan was shown: review it again.",
+                    request,
+                    "pollers.yaml changed since the plan was shown: review it again.",
                     messages.WARNING,
-                )  # fmt: skip
+                )
             else:
                 with shown(model_admin, request, "reload refused: ") as outcome:
                     res = services.reload_config(now=timezone.now())
@@ -55,10 +56,16 @@ def reload_view(model_admin):  # type: ignore[no-untyped-def]
         return TemplateResponse(
             request,
             "admin_ext/reload.html",
-            {**model_admin.admin_site.each_context(request), "title": "Reload pollers.yaml",
-             "plan": plan, "error": error, "digest": digest, "source": str(services.config_path()),
-             "opts": model_admin.model._meta},
-        )  # fmt: skip
+            {
+                **model_admin.admin_site.each_context(request),
+                "title": "Reload pollers.yaml",
+                "plan": plan,
+                "error": error,
+                "digest": digest,
+                "source": str(services.config_path()),
+                "opts": model_admin.model._meta,
+            },
+        )
 
     return view
 
@@ -70,7 +77,7 @@ def _counts(res: services.ReloadResult) -> str:
     )
 
 
-def _log_target():  # type: ignore[no-untyped-def]
+def _log_target():
     """Admin-log entries need an object: a reload is logged against ``pollers.yaml``."""
     from .models import Job
 

@@ -12,7 +12,7 @@ class NexopollAdminSite(admin.AdminSite):
     index_title = "Operations"
     index_template = "admin_ext/index.html"
 
-    def index(self, request, extra_context=None):  # type: ignore[no-untyped-def]
+    def index(self, request, extra_context=None):
         from nexopoll.services import summary
 
         extra_context = {**(extra_context or {}), "nexopoll_summary": summary(now=timezone.now())}

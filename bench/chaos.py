@@ -104,10 +104,12 @@ class Chaos:
         self.rabbit: RabbitNode | None = None
         if self.sentinel:
             self.redis = SentinelGroup().start()
-            broker = {"NEXOPOLL_REDIS_SENTINELS": self.redis.addresses,
-                      "NEXOPOLL_REDIS_SENTINEL_MASTER": MASTER,
-                      # the lock outlives the failover (~2-3 s): the holder keeps it
-                      "NEXOPOLL_BEAT_LOCK_TIMEOUT": "15"}  # fmt: skip
+            broker = {
+                "NEXOPOLL_REDIS_SENTINELS": self.redis.addresses,
+                "NEXOPOLL_REDIS_SENTINEL_MASTER": MASTER,
+                # the lock outlives the failover (~2-3 s): the holder keeps it
+                "NEXOPOLL_BEAT_LOCK_TIMEOUT": "15",
+            }
         else:
             self.redis = RedisServer(aof=True)
             self.redis.start()
@@ -118,24 +120,42 @@ class Chaos:
         self.pg.init()
         self.sink = Sink().__enter__()
         config = self.tmp / "pollers.yaml"
-        spec = [{"id": j, "kind": "scripted", "agent": "ana",
-                 "schedule": {"every_secs": self.every,
-                              "stagger_jitter_ms": int(self.every * 1000)},
-                 "config": {"deliver": {"channel": "webhook", "to": "ops"}}}
-                for j in self.jobs]  # fmt: skip
-        config.write_text(yaml.safe_dump({
-            "pollers": {"breaker_threshold": 1000, "default_jitter_ms": 0, "jobs": spec},
-            "agents": {"ana": {"webhook": {"url": self.sink.url,
-                                           "allow_private_networks": True}}},
-        }))  # fmt: skip
+        spec = [
+            {
+                "id": j,
+                "kind": "scripted",
+                "agent": "ana",
+                "schedule": {"every_secs": self.every, "stagger_jitter_ms": int(self.every * 1000)},
+                "config": {"deliver": {"channel": "webhook", "to": "ops"}},
+            }
+            for j in self.jobs
+        ]
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "pollers": {"breaker_threshold": 1000, "default_jitter_ms": 0, "jobs": spec},
+                    "agents": {
+                        "ana": {"webhook": {"url": self.sink.url, "allow_private_networks": True}}
+                    },
+                }
+            )
+        )
         self.env = stack_env(
-            self.redis.url, self.pg.url, str(config),
+            self.redis.url,
+            self.pg.url,
+            str(config),
             NEXOPOLL_EXTRA_POLLERS="tests.support.testpollers:ScriptedPoller",
             **broker,
-        )  # fmt: skip
+        )
         for args in (["migrate", "--noinput", "-v", "0"], ["pollers", "reload"]):
-            subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                           check=True, capture_output=True, timeout=600)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "manage.py", *args],
+                cwd=ROOT,
+                env=self.env,
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
         for i in range(2):
             self.workers.append(self._worker(f"w{i}"))
         for i in range(2):
@@ -243,8 +263,11 @@ class Chaos:
         active = next((b for b in self.beats if b.proc and b.proc.pid == pid), self.beats[0])
         active.kill()
         self.beats.remove(active)
-        wait_for(lambda: self.r.get(keys.heartbeat_key()) not in (None, holder), 60,
-                 what="the standby beat took the lock")  # fmt: skip
+        wait_for(
+            lambda: self.r.get(keys.heartbeat_key()) not in (None, holder),
+            60,
+            what="the standby beat took the lock",
+        )
         self.beats.append(CeleryProc("beat", self.env, f"{active.name}r").start())
         return f"active beat (pid {pid}) SIGKILLed"
 
@@ -255,8 +278,10 @@ class Chaos:
         old = self.redis.kill_primary()
         killed = time.monotonic()
         new = wait_for(lambda: self.redis.promoted(old), 60, interval=0.1, what="promotion")
-        return (f"primary :{old} SIGKILLed; replica :{new} promoted "
-                f"{time.monotonic() - killed:.1f} s later")  # fmt: skip
+        return (
+            f"primary :{old} SIGKILLed; replica :{new} promoted "
+            f"{time.monotonic() - killed:.1f} s later"
+        )
 
     def kill_broker(self) -> str:
         self.rabbit.kill()
@@ -276,8 +301,10 @@ def print_table(rows: list[Row], skipped: list[str]) -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.fault:<12}{r.gap:>8.1f}{r.published:>11}{r.delivered:>11}{r.duplicated:>6}"
-              f"{r.lost:>6}  {r.note}")  # fmt: skip
+        print(
+            f"{r.fault:<12}{r.gap:>8.1f}{r.published:>11}{r.delivered:>11}{r.duplicated:>6}"
+            f"{r.lost:>6}  {r.note}"
+        )
     for s in skipped:
         print(s)
 
@@ -287,15 +314,26 @@ def run_stack(chaos: Chaos, faults: list[str]) -> dict[str, Row]:
     rows: dict[str, Row] = {}
     try:
         chaos.start()
-        print(f"chaos: {chaos.n} jobs every {chaos.every:g} s, 2 workers, 2 beats, "
-              f"{chaos.describe()}, private PostgreSQL; faults: {', '.join(faults)}", flush=True)
+        print(
+            f"chaos: {chaos.n} jobs every {chaos.every:g} s, 2 workers, 2 beats, "
+            f"{chaos.describe()}, private PostgreSQL; faults: {', '.join(faults)}",
+            flush=True,
+        )
         # items flow before the first fault
         first = chaos.publish_round()
-        wait_for(lambda: chaos.read_sink() or all(k in chaos.tally.seen for k in first),
-                 DELIVER_TIMEOUT, interval=0.5, what="the first items delivered")  # fmt: skip
-        actions = {"worker": chaos.kill_worker, "beat": chaos.kill_beat,
-                   "redis": chaos.kill_redis_primary,
-                   "broker": chaos.kill_broker, "postgresql": chaos.restart_postgres}  # fmt: skip
+        wait_for(
+            lambda: chaos.read_sink() or all(k in chaos.tally.seen for k in first),
+            DELIVER_TIMEOUT,
+            interval=0.5,
+            what="the first items delivered",
+        )
+        actions = {
+            "worker": chaos.kill_worker,
+            "beat": chaos.kill_beat,
+            "redis": chaos.kill_redis_primary,
+            "broker": chaos.kill_broker,
+            "postgresql": chaos.restart_postgres,
+        }
         for fault in faults:
             row = rows[fault] = chaos.phase(fault, actions[fault])
             print(f"  {fault}: done ({row.delivered}/{row.published} delivered)", flush=True)

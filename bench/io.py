@@ -39,8 +39,11 @@ class SlowServer:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.slowserver", str(self.port), str(delay_ms), str(hosts)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
         self.hosts = hosts
         self.base = f"http://127.0.0.1:{self.port}"
@@ -67,15 +70,17 @@ def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[s
     worker, over the server's hosts with the default per-host caps."""
     from .run import ROUNDS, drain, publish
 
-    url, raw_task = (server.feed_url, "bench.fetch_feed") if kind == "rss" else \
-        (server.url, "bench.fetch")  # fmt: skip
+    url, raw_task = (
+        (server.feed_url, "bench.fetch_feed") if kind == "rss" else (server.url, "bench.fetch")
+    )
     out: dict[str, Any] = {}
     raw = Stack(dbs.template)
     try:
         publish(raw, raw_task, [([server.spread(f"{url}/raw{i % 1000}", i)], {}) for i in range(m)])
         server.get("/__reset")
-        out["raw"] = drain(raw, m, include="bench.rawtask", warm=m // ROUNDS,
-                           concurrency=threads, pool="threads")  # fmt: skip
+        out["raw"] = drain(
+            raw, m, include="bench.rawtask", warm=m // ROUNDS, concurrency=threads, pool="threads"
+        )
         out["raw"]["max_in_flight"] = server.get("/__stats")["max_in_flight"]
     finally:
         raw.close()
@@ -85,8 +90,7 @@ def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[s
         calls = [([job_id(i % jobs)], {"lease_ttl_ms": 30000}) for i in range(jobs * ROUNDS)]
         publish(nexo, "nexopoll.tick", calls)
         server.get("/__reset")
-        out["nexopoll"] = drain(nexo, len(calls), warm=jobs, concurrency=threads,
-                                pool="threads")  # fmt: skip
+        out["nexopoll"] = drain(nexo, len(calls), warm=jobs, concurrency=threads, pool="threads")
         out["nexopoll"]["max_in_flight"] = server.get("/__stats")["max_in_flight"]
         ((ticks, outbox, ok),) = nexo.sql(
             "SELECT (SELECT SUM(ticks_total) FROM poll_state), "
@@ -101,19 +105,32 @@ def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[s
 
 
 def part_io(
-    dbs, ns: list[int], every: float, duration: float, m: int, threads: int, delay_ms: int,
+    dbs,
+    ns: list[int],
+    every: float,
+    duration: float,
+    m: int,
+    threads: int,
+    delay_ms: int,
     hosts: int = 100,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     from .run import lag_stats, offsets
 
     server = SlowServer(delay_ms, hosts)
     try:
-        res: dict[str, Any] = {"ns": ns, "every": every, "threads": threads,
-                               "delay_ms": delay_ms, "hosts": hosts}  # fmt: skip
+        res: dict[str, Any] = {
+            "ns": ns,
+            "every": every,
+            "threads": threads,
+            "delay_ms": delay_ms,
+            "hosts": hosts,
+        }
         res["webhook"] = cpu_pair(dbs, server, m, threads, "webhook_poll")
         res["rss"] = cpu_pair(dbs, server, m, threads, "rss")
-        res["rows"] = [io_lag(dbs, server, n, every, duration, threads, lag_stats, offsets,
-                              limits=None) for n in ns]  # fmt: skip
+        res["rows"] = [
+            io_lag(dbs, server, n, every, duration, threads, lag_stats, offsets, limits=None)
+            for n in ns
+        ]
         return res
     finally:
         server.close()
@@ -147,14 +164,23 @@ def io_lag(
         res = lag_stats(records, offs, every, t0, t1)
         res.update(slot_stats(records, offs, every, t0, t1, res["due"]))
         secs = t1 - t0
-        res.update(n=n, every=every, secs=secs, ticks_per_s=res["ticks"] / secs,
-                   due_per_s=n / every, queue_max=max(depth), queue_end=depth[-1],
-                   worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
-                   worker_cpu_ms_per_tick=1000 * (wcpu1 - wcpu0) / max(res["ticks"], 1),
-                   beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
-                   max_in_flight=stats["max_in_flight"], rss_mb=rss,
-                   max_per_second=max(per_second.values(), default=0), load=load(),
-                   workers_alive=worker.alive() and beat.alive())  # fmt: skip
+        res.update(
+            n=n,
+            every=every,
+            secs=secs,
+            ticks_per_s=res["ticks"] / secs,
+            due_per_s=n / every,
+            queue_max=max(depth),
+            queue_end=depth[-1],
+            worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
+            worker_cpu_ms_per_tick=1000 * (wcpu1 - wcpu0) / max(res["ticks"], 1),
+            beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
+            max_in_flight=stats["max_in_flight"],
+            rss_mb=rss,
+            max_per_second=max(per_second.values(), default=0),
+            load=load(),
+            workers_alive=worker.alive() and beat.alive(),
+        )
         return res
     finally:
         stack.close()
@@ -175,8 +201,11 @@ def slot_stats(records, offs, every: float, t0: float, t1: float, due: int) -> d
             on_time.add((jid, round(slot, 3)))
         if t0 - every <= ts < t1:
             per_job.setdefault(jid, []).append(ts)
-    gaps = sorted(max(0.0, b - a - every) for tss in per_job.values()
-                  for a, b in zip(sorted(tss), sorted(tss)[1:], strict=False))  # fmt: skip
+    gaps = sorted(
+        max(0.0, b - a - every)
+        for tss in per_job.values()
+        for a, b in zip(sorted(tss), sorted(tss)[1:], strict=False)
+    )
     p99 = gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] if gaps else math.nan
     return {"within_1s": len(on_time) / due if due else math.nan, "gap_p99_s": p99}
 
@@ -241,8 +270,11 @@ def report_io(r: dict[str, Any]) -> list[str]:
             f" {x['queue_max']:6d} {x['worker_cpu_pct']:8.0f} {x['worker_cpu_ms_per_tick']:8.2f}"
             f" {x['beat_cpu_pct']:6.0f}  {x['load']}"
         )
-    out += [f"   RSS MB N={x['n']}: worker {fmt_rss(x['rss_mb']['worker'])}, beat "
-            f"{fmt_rss(x['rss_mb']['beat'])}" for x in r["rows"]]  # fmt: skip
+    out += [
+        f"   RSS MB N={x['n']}: worker {fmt_rss(x['rss_mb']['worker'])}, beat "
+        f"{fmt_rss(x['rss_mb']['beat'])}"
+        for x in r["rows"]
+    ]
     out.append("")
     return out
 

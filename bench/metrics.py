@@ -83,8 +83,16 @@ def micro(blocks: int = 10, per_block: int = 1000) -> dict[str, Any]:
                 def metrics(pipe: Any, job: str = job) -> None:
                     metricstore.queue_tick(pipe, job, status="ok", ms=12, seen=3, dispatched=1)
 
-                history.record(client, job, at=now, status="ok", ms=12, seen=3, dispatched=1,
-                               metrics=metrics if mode == "on" else None)  # fmt: skip
+                history.record(
+                    client,
+                    job,
+                    at=now,
+                    status="ok",
+                    ms=12,
+                    seen=3,
+                    dispatched=1,
+                    metrics=metrics if mode == "on" else None,
+                )
             t["cpu"] += time.process_time() - c0
             t["wall"] += time.perf_counter() - w0
             t["server"] += server_cpu() - s0
@@ -111,9 +119,12 @@ def main() -> None:
         for mode in ("off", "on"):
             res = one(dbs, args.messages, metrics=mode == "on")
             runs[mode].append(res)
-            print(f"{mode:3}  {res['cpu_ms_per_task']:.3f} ms CPU/tick  "
-                  f"{res['tasks_per_s']:.0f} ticks/s  "
-                  f"{res['redis_cmds_per_tick']:.1f} Redis cmds/tick", flush=True)  # fmt: skip
+            print(
+                f"{mode:3}  {res['cpu_ms_per_task']:.3f} ms CPU/tick  "
+                f"{res['tasks_per_s']:.0f} ticks/s  "
+                f"{res['redis_cmds_per_tick']:.1f} Redis cmds/tick",
+                flush=True,
+            )
     med = {k: statistics.median(r["cpu_ms_per_task"] for r in v) for k, v in runs.items()}
     summary = {
         "cpu_ms_per_tick_off": med["off"],
@@ -129,8 +140,12 @@ def main() -> None:
     print(json.dumps(summary, indent=2))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"metrics-{started.replace(':', '')}.json"
-    out.write_text(json.dumps({"started": started, "messages": args.messages,
-                               "runs": runs, "summary": summary}, indent=2))  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {"started": started, "messages": args.messages, "runs": runs, "summary": summary},
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -32,8 +32,10 @@ KINDS = {"in-process noop": "noop", "ephemeral plugin": "noop_eph", "long-lived 
 
 
 def write_plugins(root: Path) -> None:
-    for plugin_id, kind, lifecycle in (("eph", "noop_eph", "ephemeral"),
-                                       ("ll", "noop_ll", "long_lived")):  # fmt: skip
+    for plugin_id, kind, lifecycle in (
+        ("eph", "noop_eph", "ephemeral"),
+        ("ll", "noop_ll", "long_lived"),
+    ):
         d = root / plugin_id
         d.mkdir(parents=True)
         (d / "nexopoll-plugin.toml").write_text(
@@ -64,11 +66,21 @@ def measure(template: Path, plugins_dir: Path, kind: str, jobs: int) -> dict[str
     stack = Stack(template, NEXOPOLL_PLUGINS_DIR=str(plugins_dir))
     try:
         doc = {
-            "pollers": {"default_jitter_ms": 0, "jobs": [
-                {"id": job_id(i), "kind": kind, "agent": "bench",
-                 "schedule": {"every_secs": 3600}, "config": {}} for i in range(jobs)]},
+            "pollers": {
+                "default_jitter_ms": 0,
+                "jobs": [
+                    {
+                        "id": job_id(i),
+                        "kind": kind,
+                        "agent": "bench",
+                        "schedule": {"every_secs": 3600},
+                        "config": {},
+                    }
+                    for i in range(jobs)
+                ],
+            },
             "agents": {"bench": {}},
-        }  # fmt: skip
+        }
         stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))
         stack.manage("pollers", "reload")
         calls = [([job_id(i % jobs)], {"lease_ttl_ms": 30000}) for i in range(jobs * ROUNDS)]
@@ -78,16 +90,24 @@ def measure(template: Path, plugins_dir: Path, kind: str, jobs: int) -> dict[str
         wait_for(lambda: stack.queued() <= m - jobs or not worker.alive(), 120, 0.002, "warm")
         assert worker.proc is not None
         t0, cpu0, left = time.monotonic(), tree_cpu_all(worker.proc.pid), stack.queued()
-        wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
-                 600, 0.01, "drained")  # fmt: skip
+        wait_for(
+            lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
+            600,
+            0.01,
+            "drained",
+        )
         t1, cpu1 = time.monotonic(), tree_cpu_all(worker.proc.pid)
         assert worker.alive(), worker.text()[-2000:]
         ((ok, ticks),) = stack.sql(
             "SELECT SUM(last_status = 'ok'), SUM(ticks_total) FROM poll_state"
         )
         assert ok == jobs and ticks == m, f"{kind}: {ok} ok jobs, {ticks} ticks:\n{worker.text()}"
-        return {"ticks": left, "secs": t1 - t0, "cpu_ms_per_tick": 1000 * (cpu1 - cpu0) / left,
-                "ticks_per_s": left / (t1 - t0)}  # fmt: skip
+        return {
+            "ticks": left,
+            "secs": t1 - t0,
+            "cpu_ms_per_tick": 1000 * (cpu1 - cpu0) / left,
+            "ticks_per_s": left / (t1 - t0),
+        }
     finally:
         stack.close()
 

@@ -46,13 +46,18 @@ def solo(stack: Stack, m: int, out: Path, include: str = "") -> dict:
     else:
         cmd = [sys.executable, "-m", "celery", "-A", "nexopoll", *args]
     log = open(stack.dir / "prof.log", "ab")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=stack.env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=stack.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     warm = m // ROUNDS
     wait_for(lambda: stack.queued() <= m - warm or proc.poll() is not None, 120, 0.002, "warm")
     t0, cpu0, left = time.monotonic(), tree_cpu(proc.pid), stack.queued()
-    wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or proc.poll() is not None,
-             600, 0.01, "drained")  # fmt: skip
+    wait_for(
+        lambda: (stack.queued() == 0 and stack.unacked() == 0) or proc.poll() is not None,
+        600,
+        0.01,
+        "drained",
+    )
     t1, cpu1 = time.monotonic(), tree_cpu(proc.pid)
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
@@ -95,8 +100,10 @@ def main() -> None:
         dbs.close()
     how = f"{a.pool}, {'with' if OPTS['profile'] else 'no'} cProfile, load {load()}"
     print(f"raw fetch  {raw_res['cpu_ms_per_task']:.3f} ms CPU/task ({how})")
-    print(f"nexopoll   {res['cpu_ms_per_task']:.3f} ms CPU/task  ratio "
-          f"{res['cpu_ms_per_task'] / raw_res['cpu_ms_per_task']:.2f}x")  # fmt: skip
+    print(
+        f"nexopoll   {res['cpu_ms_per_task']:.3f} ms CPU/task  ratio "
+        f"{res['cpu_ms_per_task'] / raw_res['cpu_ms_per_task']:.2f}x"
+    )
     if not OPTS["profile"]:
         return
     st = pstats.Stats(str(out))

@@ -80,8 +80,14 @@ class FeedServer:
             def do_GET(self) -> None:
                 with outer._lock:
                     outer.hits += 1
-                req = RecordedRequest("GET", self.path, self.path, {k.lower(): v for k, v in
-                                      self.headers.items()}, b"", time.monotonic())  # fmt: skip
+                req = RecordedRequest(
+                    "GET",
+                    self.path,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    b"",
+                    time.monotonic(),
+                )
                 handler = outer.routes.get(self.path)
                 status, headers, body = handler(req) if handler else (404, {}, b"")
                 head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}"]
@@ -142,8 +148,12 @@ def measure(stack: Stack, jobs: int) -> dict[str, Any]:
     total = len(calls)
     wait_for(lambda: stack.queued() <= total - jobs or not worker.alive(), 300, 0.002, "warm-up")
     t0, cpu0, n0 = time.monotonic(), worker.cpu(), ticks_total(stack)
-    done = wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
-                    600, 0.01, "queue drained")  # fmt: skip
+    done = wait_for(
+        lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
+        600,
+        0.01,
+        "queue drained",
+    )
     t1, cpu1, n1 = time.monotonic(), worker.cpu(), ticks_total(stack)
     assert done and worker.alive(), f"worker died:\n{worker.text()[-2000:]}"
     worker.stop()
@@ -169,8 +179,10 @@ def rss_row(template: Path, n: int, changing: bool) -> dict[str, Any]:
     with FeedServer(routes) as server:
         stack = Stack(template)
         try:
-            doc = {"pollers": {"default_jitter_ms": 0, "jobs": rss_jobs(n, server)},
-                   "agents": {"bench": {"log": {}}}}  # fmt: skip
+            doc = {
+                "pollers": {"default_jitter_ms": 0, "jobs": rss_jobs(n, server)},
+                "agents": {"bench": {"log": {}}},
+            }
             stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))
             stack.manage("pollers", "reload")
             res = measure(stack, n)
@@ -196,10 +208,12 @@ def main() -> None:
     rows["rss 304"] = rss_row(template, args.feeds, changing=False)
     rows["rss changed"] = rss_row(template, args.feeds, changing=True)
     base = rows["noop"]["cpu_ms_per_tick"]
-    out = [f"nexopoll rss bench {started}  (N={args.feeds} jobs per row, {ROUNDS} ticks each, "
-           f"first round warm-up; worker prefork -c 1)",
-           f"   {'':12}{'ms CPU/tick':>12}{'ticks/s':>9}{'ticks':>7}{'x noop':>8}"
-           f"{'304s':>6}{'outbox':>8}"]  # fmt: skip
+    out = [
+        f"nexopoll rss bench {started}  (N={args.feeds} jobs per row, {ROUNDS} ticks each, "
+        f"first round warm-up; worker prefork -c 1)",
+        f"   {'':12}{'ms CPU/tick':>12}{'ticks/s':>9}{'ticks':>7}{'x noop':>8}"
+        f"{'304s':>6}{'outbox':>8}",
+    ]
     for name, r in rows.items():
         out.append(
             f"   {name:12}{r['cpu_ms_per_tick']:12.3f}{r['ticks_per_s']:9.0f}{r['ticks']:7d}"

@@ -101,9 +101,14 @@ class JobDBs:
         self.reload_secs: dict[str, float] = {}
 
     def get(
-        self, n: int, every: float, url: str = "", limits: dict | None = None, hosts: int = 1,
+        self,
+        n: int,
+        every: float,
+        url: str = "",
+        limits: dict | None = None,
+        hosts: int = 1,
         kind: str = "webhook_poll",
-    ) -> Path | str:  # fmt: skip
+    ) -> Path | str:
         key = (n, every, url, json.dumps(limits), hosts, kind)
         if key not in self.cache:
             stack = Stack(self.template)
@@ -137,17 +142,25 @@ def publish(stack: Stack, name: str, calls: list[tuple[list, dict]]) -> None:
 
 
 def drain(
-    stack: Stack, m: int, include: str = "", warm: int = 1, concurrency: int = 1,
+    stack: Stack,
+    m: int,
+    include: str = "",
+    warm: int = 1,
+    concurrency: int = 1,
     pool: str = "prefork",
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     """Start one worker on a queue of m messages; measure from the moment ``warm`` of
     them were consumed (caches filled, connections open) until drained."""
     args = worker_args(concurrency, "drain", include, pool)
     worker = stack.start("worker", args, "drain")
     wait_for(lambda: stack.queued() <= m - warm or not worker.alive(), 120, 0.002, "warm-up")
     t0, cpu0, left = time.monotonic(), worker.cpu(), stack.queued()
-    done = wait_for(lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
-                    600, 0.01, "queue drained")  # fmt: skip
+    done = wait_for(
+        lambda: (stack.queued() == 0 and stack.unacked() == 0) or not worker.alive(),
+        600,
+        0.01,
+        "queue drained",
+    )
     t1, cpu1, rss = time.monotonic(), worker.cpu(), worker.rss()
     assert done and worker.alive(), f"worker died:\n{worker.text()[-2000:]}"
     worker.stop()
@@ -202,13 +215,18 @@ def part_worker_batched(dbs: JobDBs, jobs: int) -> dict[str, Any]:
     nexo = Stack(dbs.get(jobs, 3600))
     try:
         ticks = [job_id(i % jobs) for i in range(jobs * ROUNDS)]
-        calls = [([[[j, 30000] for j in ticks[k : k + BATCH]]], {})
-                 for k in range(0, len(ticks), BATCH)]  # fmt: skip
+        calls = [
+            ([[[j, 30000] for j in ticks[k : k + BATCH]]], {}) for k in range(0, len(ticks), BATCH)
+        ]
         publish(nexo, "nexopoll.tick_batch", calls)
         res = drain(nexo, len(calls), warm=len(calls) // ROUNDS)
         ((total,),) = nexo.sql("SELECT SUM(ticks_total) FROM poll_state")
-        res.update(batch=BATCH, ticks_total=total, ticks=res["tasks"] * BATCH,
-                   cpu_ms_per_tick=1000 * res["cpu_s"] / (res["tasks"] * BATCH))  # fmt: skip
+        res.update(
+            batch=BATCH,
+            ticks_total=total,
+            ticks=res["tasks"] * BATCH,
+            cpu_ms_per_tick=1000 * res["cpu_s"] / (res["tasks"] * BATCH),
+        )
         return res
     finally:
         nexo.close()
@@ -220,15 +238,22 @@ def stock_entries(stack: Stack, n: int, every: float) -> None:
     app, now = stack.app(), datetime.now(UTC)
     for i in range(n):
         RedBeatSchedulerEntry(
-            f"bench-{i}", "bench.noop", every_schedule(run_every=every), app=app,
+            f"bench-{i}",
+            "bench.noop",
+            every_schedule(run_every=every),
+            app=app,
             last_run_at=now - timedelta(seconds=every * i / n),
-        ).save()  # fmt: skip
+        ).save()
 
 
 def beat_window(stack: Stack, scheduler: str, duration: float, ready: str) -> dict[str, Any]:
     beat = stack.start("beat", beat_args(scheduler, stack.dir), "beat")
-    wait_for(lambda: (ready in beat.text() and stack.queued() > 0) or not beat.alive(),
-             120, 0.05, "beat dispatching")  # fmt: skip
+    wait_for(
+        lambda: (ready in beat.text() and stack.queued() > 0) or not beat.alive(),
+        120,
+        0.05,
+        "beat dispatching",
+    )
     assert beat.alive(), f"beat died:\n{beat.text()[-2000:]}"
     time.sleep(5)  # warm-up: past start-up (and nexopoll's initial resync)
     q0, cpu0, t0 = stack.queued_ticks(), beat.cpu(), time.monotonic()
@@ -316,9 +341,14 @@ def _slots_between(offset: float, every: float, t0: float, t1: float) -> int:
 
 
 def part_lag(
-    dbs: JobDBs, n: int, every: float, duration: float, pool: str = "prefork", c: int = 2,
+    dbs: JobDBs,
+    n: int,
+    every: float,
+    duration: float,
+    pool: str = "prefork",
+    c: int = 2,
     warm: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     stack = Stack(dbs.get(n, every), BENCH_RECORD_TICKS="1")
     try:
         worker = stack.start("worker", worker_args(c, "lag", pool=pool), "lag")
@@ -340,12 +370,21 @@ def part_lag(
             "SELECT COUNT(*) FROM poll_state WHERE last_status IS NOT NULL AND last_status != 'ok'"
         )
         secs = t1 - t0
-        res.update(n=n, every=every, secs=secs, ticks_per_s=res["ticks"] / secs,
-                   due_per_s=n / every, queue_max=max(depth), queue_end=depth[-1],
-                   worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
-                   beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs, jobs_not_ok=not_ok, rss_mb=rss,
-                   pool=f"{pool} -c {c}",
-                   workers_alive=worker.alive() and beat.alive())  # fmt: skip
+        res.update(
+            n=n,
+            every=every,
+            secs=secs,
+            ticks_per_s=res["ticks"] / secs,
+            due_per_s=n / every,
+            queue_max=max(depth),
+            queue_end=depth[-1],
+            worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
+            beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
+            jobs_not_ok=not_ok,
+            rss_mb=rss,
+            pool=f"{pool} -c {c}",
+            workers_alive=worker.alive() and beat.alive(),
+        )
         return res
     finally:
         stack.close()
@@ -432,8 +471,16 @@ def run_parts(res, dbs, args, parts, jobs, intervals) -> None:
         res["lag"].append(row)
     if "io" in parts:
         ns = [int(x) for x in str(args.io_jobs).split(",")]
-        res["io"] = part_io(dbs, ns, args.io_every, args.duration, args.messages, args.threads,
-                            args.delay_ms, args.io_hosts)  # fmt: skip
+        res["io"] = part_io(
+            dbs,
+            ns,
+            args.io_every,
+            args.duration,
+            args.messages,
+            args.threads,
+            args.delay_ms,
+            args.io_hosts,
+        )
         for row in res["io"]["rows"]:
             res["lags"][f"webhook-{row['n']}-every-{args.io_every:g}s"] = row.pop("lags_ms")
     if "polite" in parts:

@@ -115,9 +115,13 @@ class Proc(CeleryProc):
         cmd = [sys.executable, "-m", "celery", "-A", "nexopoll", *self.args]
         with open(self.log, "ab") as fh:
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
+                cmd,
+                cwd=ROOT,
+                env=self.env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         return self
 
     def cpu(self) -> float:
@@ -199,9 +203,14 @@ class Stack:
         return out.stdout
 
     def load_jobs(
-        self, n: int, every: float, url: str = "", limits: dict | None = None, hosts: int = 1,
+        self,
+        n: int,
+        every: float,
+        url: str = "",
+        limits: dict | None = None,
+        hosts: int = 1,
         kind: str = "webhook_poll",
-    ) -> float:  # fmt: skip
+    ) -> float:
         """Write n noop jobs every ``every`` s (jitter = one interval) and reload; return secs.
 
         With ``url``: ``kind`` jobs (``webhook_poll`` or ``rss``) polling ``<url>/<job id>``
@@ -242,11 +251,15 @@ class Stack:
         if self._app is None:
             app = Celery("bench", broker=self.redis.url, set_as_current=False)
             app.conf.update(
-                task_serializer="json", accept_content=["json"], task_default_queue=QUEUE,
-                task_default_exchange="", task_default_routing_key=QUEUE,
+                task_serializer="json",
+                accept_content=["json"],
+                task_default_queue=QUEUE,
+                task_default_exchange="",
+                task_default_routing_key=QUEUE,
                 task_queues=(Queue(QUEUE, Exchange("", type="direct"), routing_key=QUEUE),),
-                redbeat_redis_url=self.redis.url, redbeat_key_prefix=KEY_PREFIX,
-            )  # fmt: skip
+                redbeat_redis_url=self.redis.url,
+                redbeat_key_prefix=KEY_PREFIX,
+            )
             self._app = app
         return self._app
 

@@ -43,8 +43,13 @@ class IncidentPoller(ConfiguredPoller):
     def tick(self, ctx: PollContext) -> TickAck:
         cfg = self.parse_config(ctx.config)
         seen = CODEC.seen(CODEC.decode(ctx.cursor), cfg.seen_capacity)
-        resp = self._fetch("GET", cfg.url, allow_private=cfg.allow_private_networks,
-                           deadline_secs=20, cancel=ctx.cancel)  # fmt: skip
+        resp = self._fetch(
+            "GET",
+            cfg.url,
+            allow_private=cfg.allow_private_networks,
+            deadline_secs=20,
+            cancel=ctx.cancel,
+        )
         http.classify_status(resp.status, resp.headers, now=ctx.now)  # 5xx/429: retried
         try:
             doc = json.loads(resp.body)["incidents"]
@@ -57,5 +62,8 @@ class IncidentPoller(ConfiguredPoller):
             payload = {"text": text, "item_id": str(item["id"]), "job_id": ctx.job_id}
             ctx.host.deliver(cfg.deliver.channel, cfg.deliver.to, payload)
         ring = seen.remember(str(i["id"]) for i in fresh)
-        return TickAck(next_cursor=CODEC.encode({"seen": ring}) if fresh else None,
-                       items_seen=len(incidents), items_dispatched=len(fresh))  # fmt: skip
+        return TickAck(
+            next_cursor=CODEC.encode({"seen": ring}) if fresh else None,
+            items_seen=len(incidents),
+            items_dispatched=len(fresh),
+        )

@@ -32,11 +32,16 @@ class Host:
 
 def tick(poller, url: str, cursor: bytes | None, host: Host, **config):
     ctx = PollContext(
-        job_id="status", agent_id="ana", kind="incidents",
-        config={"url": url, "deliver": DELIVER, **config}, cursor=cursor,
-        now=datetime(2026, 1, 1, tzinfo=UTC), interval_hint=timedelta(seconds=60),
-        cancel=CancelToken(deadline=time.monotonic() + 10), host=host,
-    )  # fmt: skip
+        job_id="status",
+        agent_id="ana",
+        kind="incidents",
+        config={"url": url, "deliver": DELIVER, **config},
+        cursor=cursor,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        interval_hint=timedelta(seconds=60),
+        cancel=CancelToken(deadline=time.monotonic() + 10),
+        host=host,
+    )
     return poller.tick(ctx)
 
 

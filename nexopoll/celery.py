@@ -54,8 +54,9 @@ class QoS(kombu_redis.QoS):
             if self._collected():  # the copy in the unacked hash comes back and reruns
                 logger.info(
                     "ack %s after the broker connection was collected: the message "
-                    "reruns after the visibility timeout", delivery_tag,
-                )  # fmt: skip
+                    "reruns after the visibility timeout",
+                    delivery_tag,
+                )
             else:
                 self._remove_from_indices(delivery_tag).execute()
         finally:
@@ -70,15 +71,19 @@ class QoS(kombu_redis.QoS):
         if self._delivered and self._collected():
             logger.warning(
                 "%d unacked messages left for the visibility timeout restore "
-                "(the broker connection was collected)", len(self._delivered),
-            )  # fmt: skip
+                "(the broker connection was collected)",
+                len(self._delivered),
+            )
             self._delivered.clear()
             return
         try:
             super().restore_unacked(client)
         except Exception as exc:  # nothing may end the worker (above)
-            logger.warning("%d unacked messages left for the visibility timeout restore: %r",
-                           len(self._delivered), exc)  # fmt: skip
+            logger.warning(
+                "%d unacked messages left for the visibility timeout restore: %r",
+                len(self._delivered),
+                exc,
+            )
             self._delivered.clear()
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
@@ -106,7 +111,7 @@ class _ReusedClients:
         hit = cache.get(asynchronous)
         if hit is not None and hit[0] is pool:
             return hit[1]
-        client = super()._create_client(asynchronous)  # type: ignore[misc]
+        client = super()._create_client(asynchronous)
         cache[asynchronous] = (pool, client)
         return client
 
@@ -136,8 +141,14 @@ class NexopollCelery(Celery):
             for q in self.amqp.queues.values()
         )
 
-    def send_task(self, name: str, *args: Any, countdown: float | None = None,
-                  eta: datetime | str | None = None, **options: Any) -> Any:  # fmt: skip
+    def send_task(
+        self,
+        name: str,
+        *args: Any,
+        countdown: float | None = None,
+        eta: datetime | str | None = None,
+        **options: Any,
+    ) -> Any:
         if (countdown or eta) and self._whole_second_delays:
             if countdown is not None and 0 < countdown < 1:
                 countdown = 1

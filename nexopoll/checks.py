@@ -35,7 +35,7 @@ def run_checks(*, now: datetime) -> tuple[list[str], list[str]]:
     return errors, warnings
 
 
-def _private_urls(loaded) -> list[str]:  # type: ignore[no-untyped-def]
+def _private_urls(loaded) -> list[str]:
     from nexopoll import services
     from nexopoll.privatecheck import private_url_warnings
     from nexopoll.runtime.registry import get_registry
@@ -81,7 +81,7 @@ def hint_for(issue: str) -> str:
 
 
 @checks.register("nexopoll")
-def pollers_yaml_check(app_configs, **kwargs):  # type: ignore[no-untyped-def]
+def pollers_yaml_check(app_configs, **kwargs):
     """Warnings only: an Error here would stop every management command."""
     from django.utils import timezone
 

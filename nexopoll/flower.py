@@ -70,11 +70,18 @@ def flower_command(
             "(or NEXOPOLL_FLOWER_INSECURE=1 to run it without authentication)"
         )
     cmd = [
-        sys.executable, "-c", _CELERY, "-A", "nexopoll", "flower",
+        sys.executable,
+        "-c",
+        _CELERY,
+        "-A",
+        "nexopoll",
+        "flower",
         f"--address={conf.address}",
         f"--port={conf.port}",
-        "--max_tasks=10000", "--purge_offline_workers=60", *extra,
-    ]  # fmt: skip
+        "--max_tasks=10000",
+        "--purge_offline_workers=60",
+        *extra,
+    ]
     return cmd, child
 
 

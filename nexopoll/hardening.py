@@ -26,8 +26,9 @@ PR_SET_DUMPABLE = 4
 
 def _prctl(option: int, arg: int = 0) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                      ctypes.c_ulong(0))  # fmt: skip
+    return libc.prctl(
+        option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+    )
 
 
 def make_undumpable() -> bool:
@@ -40,8 +41,11 @@ def make_undumpable() -> bool:
         err = ctypes.get_errno()
     except (OSError, AttributeError) as exc:
         err = getattr(exc, "errno", None) or 0
-    log.warning("hardening.dumpable_not_cleared errno=%s: other processes of this uid "
-                "may read this process's environment", err)  # fmt: skip
+    log.warning(
+        "hardening.dumpable_not_cleared errno=%s: other processes of this uid "
+        "may read this process's environment",
+        err,
+    )
     return False
 
 

@@ -58,8 +58,11 @@ def _sentinels(sentinel: Any) -> dict[str, Any]:
         if found and master is None:
             host = found[0].decode() if isinstance(found[0], bytes) else found[0]
             master = f"{host}:{found[1]}"
-    return {"master": master, "sentinels_reachable": reachable,
-            "sentinels_unreachable": unreachable}  # fmt: skip
+    return {
+        "master": master,
+        "sentinels_reachable": reachable,
+        "sentinels_unreachable": unreachable,
+    }
 
 
 def _broker() -> dict[str, Any]:
@@ -77,12 +80,21 @@ def _beat() -> dict[str, Any]:
     held, beat = client.exists(lock_key), client.get(keys.heartbeat_key())
     max_age = settings.NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS
     if not beat:
-        return {"ok": False, "lock_held": bool(held), "last_loop_age_secs": None,
-                "reason": "beat has not run (no heartbeat)"}  # fmt: skip
+        return {
+            "ok": False,
+            "lock_held": bool(held),
+            "last_loop_age_secs": None,
+            "reason": "beat has not run (no heartbeat)",
+        }
     at, _, pid = beat.partition(":")
     age = round(max(time.time() - float(at), 0.0), 1)
-    out = {"ok": age <= max_age, "lock_held": bool(held), "holder_pid": int(pid or 0),
-           "last_loop_age_secs": age, "max_age_secs": max_age}  # fmt: skip
+    out = {
+        "ok": age <= max_age,
+        "lock_held": bool(held),
+        "holder_pid": int(pid or 0),
+        "last_loop_age_secs": age,
+        "max_age_secs": max_age,
+    }
     if not out["ok"]:
         out["reason"] = f"beat has not looped for {age} s"
     return out

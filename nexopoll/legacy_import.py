@@ -35,6 +35,7 @@ __all__ = [
     "translate",
 ]
 
+
 @dataclass
 class MergeResult:
     text: str
@@ -52,8 +53,9 @@ def _yaml() -> YAML:
     return y
 
 
-def render_additions(tr: Translation, *, skip_ids: set[str] = frozenset(),
-                     skip_agents: set[str] = frozenset()) -> str:  # fmt: skip
+def render_additions(
+    tr: Translation, *, skip_ids: set[str] = frozenset(), skip_agents: set[str] = frozenset()
+) -> str:
     """The YAML that would be added (jobs under ``pollers.jobs``, bindings under ``agents``)."""
     doc: dict[str, Any] = {"pollers": {"jobs": [j for j in tr.jobs if j["id"] not in skip_ids]}}
     agents = {a: {"google": b} for a, b in tr.agents.items() if a not in skip_agents}
@@ -220,9 +222,12 @@ def import_legacy_command(cmd: Any, path: str, *, write: bool) -> None:
 
     def check(text: str) -> list[str]:
         loaded = load_config(
-            text, source=str(target), env=secret_env(), now=timezone.now(),
+            text,
+            source=str(target),
+            env=secret_env(),
+            now=timezone.now(),
             validators=registry.validators(),
-        )  # fmt: skip
+        )
         return [str(issue) for issue in loaded.issues]
 
     try:

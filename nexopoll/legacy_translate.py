@@ -46,12 +46,31 @@ from ruamel.yaml.error import YAMLError
 from nexopoll.core.config import AGENT_ID_RE, JOB_ID_RE
 
 _JOB_KEYS = {
-    "name", "account", "query", "interval_secs", "forward_to_subject", "forward_to", "extract",
-    "require_fields", "message_template", "mark_read_on_dispatch", "newer_than",
-    "dispatch_delay_ms", "max_per_tick", "sender_allowlist",
-}  # fmt: skip
-_CARRIED = ("newer_than", "max_per_tick", "dispatch_delay_ms", "sender_allowlist", "extract",
-            "require_fields", "message_template", "mark_read_on_dispatch")  # fmt: skip
+    "name",
+    "account",
+    "query",
+    "interval_secs",
+    "forward_to_subject",
+    "forward_to",
+    "extract",
+    "require_fields",
+    "message_template",
+    "mark_read_on_dispatch",
+    "newer_than",
+    "dispatch_delay_ms",
+    "max_per_tick",
+    "sender_allowlist",
+}
+_CARRIED = (
+    "newer_than",
+    "max_per_tick",
+    "dispatch_delay_ms",
+    "sender_allowlist",
+    "extract",
+    "require_fields",
+    "message_template",
+    "mark_read_on_dispatch",
+)
 _DEFAULTS = {"max_per_tick": 20, "dispatch_delay_ms": 1000, "mark_read_on_dispatch": True}
 
 
@@ -119,8 +138,12 @@ def _accounts(root: dict[str, Any], out: Translation) -> dict[str, str]:
     """Account id -> agent id; fills ``out.agents`` with each agent's google binding."""
     raw = root.get("accounts") or []
     if not raw and root.get("token_path"):
-        raw = [{"id": "default", **{k: root.get(k) for k in (
-            "token_path", "client_id_path", "client_secret_path")}}]  # fmt: skip
+        raw = [
+            {
+                "id": "default",
+                **{k: root.get(k) for k in ("token_path", "client_id_path", "client_secret_path")},
+            }
+        ]
     accounts: dict[str, str] = {}
     for index, acc in enumerate(raw if isinstance(raw, list) else []):
         if not isinstance(acc, dict) or not isinstance(acc.get("id"), str):
@@ -134,11 +157,15 @@ def _accounts(root: dict[str, Any], out: Translation) -> dict[str, str]:
             out.warnings.append(
                 f"account {acc['id']!r}: no agent_id, agent {agent!r} inferred; adjust if needed"
             )
-        binding = {k: str(acc[k]) for k in ("client_id_path", "token_path", "client_secret_path")
-                   if acc.get(k)}  # fmt: skip
+        binding = {
+            k: str(acc[k])
+            for k in ("client_id_path", "token_path", "client_secret_path")
+            if acc.get(k)
+        }
         if "token_path" not in binding:
-            out.warnings.append(f"account {acc['id']!r}: no token_path; its google binding is "
-                                "incomplete")  # fmt: skip
+            out.warnings.append(
+                f"account {acc['id']!r}: no token_path; its google binding is incomplete"
+            )
         accounts[acc["id"]] = agent
         out.agents.setdefault(agent, binding)
     return accounts
@@ -167,8 +194,10 @@ def _job(
         value = job.get(key, _DEFAULTS.get(key))
         if value is not None and value != [] and value != {}:
             config[key] = value
-    config["deliver"] = {"channel": _channel(job.get("forward_to_subject"), job_id, out),
-                         "to": str(job.get("forward_to") or "")}  # fmt: skip
+    config["deliver"] = {
+        "channel": _channel(job.get("forward_to_subject"), job_id, out),
+        "to": str(job.get("forward_to") or ""),
+    }
     return {
         "id": job_id,
         "kind": "gmail",

@@ -108,8 +108,11 @@ class ClusterCollector:
     def collect(self) -> list[Family]:
         jobs = {j: (k, a) for j, k, a in PollJob.objects.values_list("job_id", "kind", "agent")}
         redis_data = self._read_redis()
-        up = Family("poller_metrics_store_up", "gauge",
-                    "1 when Redis (the counter store) answered this scrape")  # fmt: skip
+        up = Family(
+            "poller_metrics_store_up",
+            "gauge",
+            "1 when Redis (the counter store) answered this scrape",
+        )
         up.add([], 1 if redis_data is not None else 0)
         out = [up]
         if redis_data is not None:
@@ -151,9 +154,12 @@ class ClusterCollector:
             return jobs.get(job_id, ("", ""))  # a removed job keeps its counts, unlabelled
 
         ticks = Family(
-            "poller_ticks", "counter", "Ticks by outcome (skipped: lease busy, paused, "
-            "breaker open, or the work was fenced off)", ["kind", "agent", "job_id", "status"],
-        )  # fmt: skip
+            "poller_ticks",
+            "counter",
+            "Ticks by outcome (skipped: lease busy, paused, "
+            "breaker open, or the work was fenced off)",
+            ["kind", "agent", "job_id", "status"],
+        )
         for field, n in self._ints(data[ms.TICKS]):
             job_id, status = _split(field)
             ticks.add([*labels(job_id), job_id, status], n)
@@ -168,21 +174,25 @@ class ClusterCollector:
             out.append(fam)
         out.append(self._latency(data[ms.LATENCY], labels))
         takeovers = Family(
-            "poller_lease_takeovers", "counter", "Ticks that took over the lease of a tick "
-            "that never finished (its worker died or stalled)", ["job_id"],
-        )  # fmt: skip
+            "poller_lease_takeovers",
+            "counter",
+            "Ticks that took over the lease of a tick "
+            "that never finished (its worker died or stalled)",
+            ["job_id"],
+        )
         counts = {job_id: 0 for job_id in jobs} | dict(self._ints(data[ms.TAKEOVERS]))
         for job_id, n in sorted(counts.items()):  # 0 until one happens
             takeovers.add([job_id], n)
         out.append(takeovers)
         deliveries = Family(
-            "poller_deliveries", "counter", "Delivery attempts by channel and outcome",
+            "poller_deliveries",
+            "counter",
+            "Delivery attempts by channel and outcome",
             ["channel", "status"],
-        )  # fmt: skip
+        )
         for field, n in self._ints(data[ms.DELIVERIES]):
             deliveries.add(_split(field), n)
-        out += [deliveries, self._beat_lag(data[ms.BEAT_LAG]),
-                self._host_wait(data[ms.HOST_WAIT])]  # fmt: skip
+        out += [deliveries, self._beat_lag(data[ms.BEAT_LAG]), self._host_wait(data[ms.HOST_WAIT])]
         lock = Family("poller_beat_lock_held", "gauge", "1 while a beat holds the scheduler lock")
         lock.add([], 1 if data["lock"] else 0)
         out.append(lock)
@@ -203,9 +213,11 @@ class ClusterCollector:
             else:
                 self.skipped["invalid"] += 1
         fam = Family(
-            "poller_latency_ms", "histogram", "Tick latency (the poller's run time), milliseconds",
+            "poller_latency_ms",
+            "histogram",
+            "Tick latency (the poller's run time), milliseconds",
             ["kind", "job_id"],
-        )  # fmt: skip
+        )
         for job_id in sorted(per_job):
             buckets = _buckets(per_job[job_id], ms.LATENCY_BUCKETS_MS)
             fam.add_histogram([labels(job_id)[0], job_id], buckets, float(sums.get(job_id, 0)))
@@ -222,9 +234,10 @@ class ClusterCollector:
             else:
                 self.skipped["invalid"] += 1
         fam = Family(
-            "poller_beat_dispatch_lag_seconds", "histogram",
+            "poller_beat_dispatch_lag_seconds",
+            "histogram",
             "How late beat published each due entry, seconds after its slot",
-        )  # fmt: skip
+        )
         if counts:
             fam.add_histogram([], _buckets(counts, ms.LAG_BUCKETS_S), total / 1000)
         return fam
@@ -241,9 +254,11 @@ class ClusterCollector:
             else:
                 self.skipped["invalid"] += 1
         fam = Family(
-            "poller_host_wait_seconds", "histogram", "Time requests waited for a turn on "
-            "their host (per-host politeness caps), seconds", ["host"],
-        )  # fmt: skip
+            "poller_host_wait_seconds",
+            "histogram",
+            "Time requests waited for a turn on their host (per-host politeness caps), seconds",
+            ["host"],
+        )
         for host in sorted(per_host):
             buckets = _buckets(per_host[host], hostwait.WAIT_BUCKETS_S)
             fam.add_histogram([host], buckets, sums.get(host, 0) / 1000)
@@ -254,8 +269,12 @@ class ClusterCollector:
     def _state(jobs: dict[str, tuple[str, str]]) -> list[Family]:
         now = timezone.now()
         errors = Family("poller_consecutive_errors", "gauge", "Failed ticks in a row", ["job_id"])
-        breaker = Family("poller_breaker_state", "gauge",
-                         "Circuit breaker: 0 closed, 1 half-open, 2 open", ["job_id"])  # fmt: skip
+        breaker = Family(
+            "poller_breaker_state",
+            "gauge",
+            "Circuit breaker: 0 closed, 1 half-open, 2 open",
+            ["job_id"],
+        )
         rows = PollState.objects.filter(job_id__in=PollJob.objects.values("job_id")).values_list(
             "job_id", "consecutive_errors", "breaker_open_until"
         )
@@ -263,9 +282,12 @@ class ClusterCollector:
             errors.add([job_id], errs)
             breaker.add([job_id], BREAKER_LABELS[breaker_label(open_until, now=now)])
         outbox = Family(
-            "poller_outbox_rows", "gauge", "Outbox rows waiting (pending), held by a "
-            "configuration problem (held) or dead-lettered (dead)", ["status"],
-        )  # fmt: skip
+            "poller_outbox_rows",
+            "gauge",
+            "Outbox rows waiting (pending), held by a "
+            "configuration problem (held) or dead-lettered (dead)",
+            ["status"],
+        )
         counts = dict(
             Delivery.objects.filter(status__in=["pending", "held", "dead"])
             .values_list("status")
@@ -296,8 +318,11 @@ def token_ok(request: HttpRequest, expected: str) -> bool:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     token = settings.NEXOPOLL_METRICS_TOKEN
     if token and not token_ok(request, token):
-        response = HttpResponse("unauthorized: Authorization: Bearer <NEXOPOLL_METRICS_TOKEN>\n",
-                                status=401, content_type="text/plain")  # fmt: skip
+        response = HttpResponse(
+            "unauthorized: Authorization: Bearer <NEXOPOLL_METRICS_TOKEN>\n",
+            status=401,
+            content_type="text/plain",
+        )
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     return HttpResponse(render(), content_type=CONTENT_TYPE)

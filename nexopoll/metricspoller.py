@@ -36,15 +36,17 @@ EXAMINED_PER_JOB = 2
 
 def as_int(value: object) -> int | None:
     try:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     except (TypeError, ValueError):
         return None
 
 
 def families(
-    raw: dict[str, str], dropped: dict[str, str], kind_of: Callable[[str], str],
+    raw: dict[str, str],
+    dropped: dict[str, str],
+    kind_of: Callable[[str], str],
     skipped: Counter,
-) -> list[Family]:  # fmt: skip
+) -> list[Family]:
     """``poller_metric_total`` and ``nexopoll_metric_series_dropped_total``."""
     return [_series(raw, kind_of, skipped), _dropped(dropped, skipped)]
 
@@ -110,11 +112,13 @@ def _job_prefix(field: str) -> str | None:
 
 def _dropped(raw: dict[str, str], skipped: Counter) -> Family:
     fam = Family(
-        "nexopoll_metric_series_dropped", "counter",
+        "nexopoll_metric_series_dropped",
+        "counter",
         "host.metric_inc increments refused because their series would have passed the "
         "job's series cap or a label's values cap (metric=\"*\": a name the job had no "
-        "series of yet)", ["job_id", "metric"],
-    )  # fmt: skip
+        "series of yet)",
+        ["job_id", "metric"],
+    )
     for field, n in sorted(raw.items()):
         try:
             job_id, metric = json.loads(field)
@@ -130,10 +134,12 @@ def _dropped(raw: dict[str, str], skipped: Counter) -> Family:
 
 def skipped_family(skipped: Counter) -> Family:
     fam = Family(
-        "nexopoll_metric_series_skipped", "gauge",
+        "nexopoll_metric_series_skipped",
+        "gauge",
         "Stored series this scrape left out: unreadable or against the naming rules "
-        "(invalid), or past the cardinality caps (over_limit)", ["reason"],
-    )  # fmt: skip
+        "(invalid), or past the cardinality caps (over_limit)",
+        ["reason"],
+    )
     for reason in SKIP_REASONS:
         fam.add([reason], skipped[reason])
     return fam

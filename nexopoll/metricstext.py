@@ -40,8 +40,9 @@ class Family:
 
     def add(self, values: Iterable[str], value: float) -> None:
         inner = self._inner.format(*map(escape, values))
-        self.lines.append(f"{self.sample}{{{inner}}} {num(value)}" if inner else
-                          f"{self.sample} {num(value)}")  # fmt: skip
+        self.lines.append(
+            f"{self.sample}{{{inner}}} {num(value)}" if inner else f"{self.sample} {num(value)}"
+        )
 
     def add_raw(self, labels: str, value: float) -> None:
         """A sample whose label set (``{…}``) the caller rendered and escaped."""

@@ -71,9 +71,13 @@ class PollJob(models.Model):
 class PollState(models.Model):
     # the job's id (column ``job_id``); no constraint: the state outlives its job's removal
     job = models.OneToOneField(
-        PollJob, primary_key=True, db_constraint=False, on_delete=models.DO_NOTHING,
-        related_name="state", db_column="job_id",
-    )  # fmt: skip
+        PollJob,
+        primary_key=True,
+        db_constraint=False,
+        on_delete=models.DO_NOTHING,
+        related_name="state",
+        db_column="job_id",
+    )
     # Fencing epoch (the row's version): every write to the row moves it, a tick's commit
     # only WHERE epoch = the version it read; every other writer uses store.write_state.
     epoch = models.BigIntegerField(default=0)

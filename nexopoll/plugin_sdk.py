@@ -177,8 +177,9 @@ def _serve(handler, conn: _Conn, msg: dict[str, Any]) -> None:
         conn.send({"id": msg_id, "error": {"code": -32001, "message": repr(exc)[:500]}})
 
 
-def run(handler, *, concurrency: int = 1, stdin: BinaryIO | None = None,
-        stdout: BinaryIO | None = None) -> None:  # fmt: skip
+def run(
+    handler, *, concurrency: int = 1, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+) -> None:
     """Serve ``poll_tick`` requests until stdin closes; ``concurrency`` ticks at once."""
     inp = stdin or sys.stdin.buffer
     conn = _Conn(stdout or sys.stdout.buffer)

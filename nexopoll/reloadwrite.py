@@ -24,16 +24,25 @@ CHUNK = 1000  # ids per IN (...) list
 ROWS = 5000  # rows per executemany (and per progress line)
 # columns whose values the caller gives as the DB takes them (str, int, float, bool; a
 # relation's id)
-_AS_IS = {"CharField", "TextField", "IntegerField", "BigIntegerField", "BooleanField",
-          "FloatField", "OneToOneField"}  # fmt: skip
+_AS_IS = {
+    "CharField",
+    "TextField",
+    "IntegerField",
+    "BigIntegerField",
+    "BooleanField",
+    "FloatField",
+    "OneToOneField",
+}
 
 Progress = Callable[[str], None]
 
 
 def insert_rows(
-    model: type[models.Model], rows: list[dict[str, Any]], progress: Progress | None = None,
+    model: type[models.Model],
+    rows: list[dict[str, Any]],
+    progress: Progress | None = None,
     **same: Any,
-) -> None:  # fmt: skip
+) -> None:
     """INSERT ``rows`` (attribute name → value, ``job_id`` for a relation ``job``; every row
     names the same fields), each with the ``same`` values, the other fields at their
     defaults. No signals, no ``save()``."""
@@ -65,8 +74,9 @@ def insert_rows(
                     for values in params:
                         copy.write_row(values)
             else:
-                cur.executemany(f"INSERT INTO {into} VALUES ({', '.join(['%s'] * len(columns))})",
-                                params)  # fmt: skip
+                cur.executemany(
+                    f"INSERT INTO {into} VALUES ({', '.join(['%s'] * len(columns))})", params
+                )
             done = start + len(params)
             if progress and len(rows) > ROWS and (done % (5 * ROWS) == 0 or done == len(rows)):
                 progress(f"{model._meta.db_table}: {done}/{len(rows)} rows")
@@ -100,9 +110,14 @@ def chunks(items: list, size: int = CHUNK) -> Iterable[list]:
 
 
 def write_jobs(
-    desired: dict[str, Any], glob: dict[str, Any], *, add: list[str], replace: list[str],
-    now: datetime, progress: Progress | None = None,
-) -> None:  # fmt: skip
+    desired: dict[str, Any],
+    glob: dict[str, Any],
+    *,
+    add: list[str],
+    replace: list[str],
+    now: datetime,
+    progress: Progress | None = None,
+) -> None:
     """Insert added jobs and rewrite replaced ones (``desired``: id → (spec, runtime hash)).
 
     Added jobs get a state row, paused when ``paused_on_boot``; a job added back
@@ -110,16 +125,26 @@ def write_jobs(
     """
     # a replaced definition is rewritten whole (nothing references poll_job rows)
     delete(PollJob, replace)
-    insert_rows(PollJob, [_job_row(*desired[i]) for i in add + replace], progress,
-                created_at=now, updated_at=now, **glob)  # fmt: skip
+    insert_rows(
+        PollJob,
+        [_job_row(*desired[i]) for i in add + replace],
+        progress,
+        created_at=now,
+        updated_at=now,
+        **glob,
+    )
     had_state = existing(PollState, add)
     fresh = [i for i in add if i not in had_state]
     states = [
-        {"job_id": i, "definition_hash": desired[i][1], "paused": desired[i][0].paused_on_boot,
-         "paused_reason": "paused_on_boot" if desired[i][0].paused_on_boot else "",
-         "paused_by": "boot" if desired[i][0].paused_on_boot else ""}
+        {
+            "job_id": i,
+            "definition_hash": desired[i][1],
+            "paused": desired[i][0].paused_on_boot,
+            "paused_reason": "paused_on_boot" if desired[i][0].paused_on_boot else "",
+            "paused_by": "boot" if desired[i][0].paused_on_boot else "",
+        }
         for i in fresh
-    ]  # fmt: skip
+    ]
     insert_rows(PollState, states, progress)
     # the new definition moves the epoch (store.write_state): a tick that read the old
     # one cannot commit its deliveries (to a recipient just removed, say)
@@ -127,16 +152,28 @@ def write_jobs(
     for i in add:
         if i in had_state:
             paused = {"paused": True, "paused_reason": "paused_on_boot", "paused_by": "boot"}
-            rehash.append((i, {"definition_hash": desired[i][1],
-                               **(paused if desired[i][0].paused_on_boot else {})}))  # fmt: skip
+            rehash.append(
+                (
+                    i,
+                    {
+                        "definition_hash": desired[i][1],
+                        **(paused if desired[i][0].paused_on_boot else {}),
+                    },
+                )
+            )
     store.write_state(rehash)
 
 
 #: what a reload clears on a job it resumes (as ``services.resume_job`` does)
 RESUMED = {
-    "paused": False, "paused_reason": "", "paused_by": "", "consecutive_errors": 0,
-    "breaker_open_until": None, "breaker_trips": 0, "breaker_trial_at": None,
-}  # fmt: skip
+    "paused": False,
+    "paused_reason": "",
+    "paused_by": "",
+    "consecutive_errors": 0,
+    "breaker_open_until": None,
+    "breaker_trips": 0,
+    "breaker_trial_at": None,
+}
 
 
 def resume_fixed(job_ids: list[str]) -> list[str]:
@@ -155,9 +192,15 @@ def resume_fixed(job_ids: list[str]) -> list[str]:
 def _job_row(spec: Any, rhash: str) -> dict[str, Any]:
     failure_to = spec.failure_to and {"channel": spec.failure_to.channel, "to": spec.failure_to.to}
     return {
-        "job_id": spec.id, "kind": spec.kind, "agent": spec.agent,
-        "schedule": schedule_to_dict(spec.schedule), "jitter_ms": spec.jitter_ms,
-        "config": spec.config, "failure_to": failure_to or None,
-        "paused_on_boot": spec.paused_on_boot, "definition_hash": rhash,
-        "source_line": spec.line, "host_limits": spec.host_limits,
-    }  # fmt: skip
+        "job_id": spec.id,
+        "kind": spec.kind,
+        "agent": spec.agent,
+        "schedule": schedule_to_dict(spec.schedule),
+        "jitter_ms": spec.jitter_ms,
+        "config": spec.config,
+        "failure_to": failure_to or None,
+        "paused_on_boot": spec.paused_on_boot,
+        "definition_hash": rhash,
+        "source_line": spec.line,
+        "host_limits": spec.host_limits,
+    }

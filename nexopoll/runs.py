@@ -13,6 +13,12 @@ from nexopoll.services.runs import (
 )
 
 __all__ = [
-    "MARK_PREFIX", "RUN_NOW_TASK", "QueueUnavailable", "RunStatus", "outcome_of", "start",
-    "status", "wait",
-]  # fmt: skip
+    "MARK_PREFIX",
+    "RUN_NOW_TASK",
+    "QueueUnavailable",
+    "RunStatus",
+    "outcome_of",
+    "start",
+    "status",
+    "wait",
+]

@@ -414,11 +414,14 @@ if BROKER_IS_AMQP:
     # topic exchange); the messages are persistent (delivery_mode 2, Celery's default)
     CELERY_TASK_QUEUES = tuple(
         Queue(
-            name, Exchange(name, type="topic", durable=True), routing_key=name, durable=True,
+            name,
+            Exchange(name, type="topic", durable=True),
+            routing_key=name,
+            durable=True,
             queue_arguments={"x-queue-type": NEXOPOLL_AMQP_QUEUE_TYPE},
         )
         for name in (NEXOPOLL_TICK_QUEUE, NEXOPOLL_DELIVERY_QUEUE)
-    )  # fmt: skip
+    )
     CELERY_TASK_DEFAULT_EXCHANGE = CELERY_TASK_DEFAULT_QUEUE
     CELERY_TASK_DEFAULT_EXCHANGE_TYPE = "topic"
     CELERY_TASK_DEFAULT_QUEUE_TYPE = NEXOPOLL_AMQP_QUEUE_TYPE

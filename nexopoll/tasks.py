@@ -45,8 +45,9 @@ def tick_batch(jobs: list[list]) -> dict[str, int]:
     """Scheduled ticks of many jobs that fell due together (beat's batched dispatch):
     ``jobs`` is ``[[job_id, lease_ttl_ms], ...]``. Each job keeps its own lease, epoch,
     commit and retry (runtime/tick/batch.py); returns how many ended in each status."""
-    reports = batch.run_batch([(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now,
-                              requeue=requeue_tick)  # fmt: skip
+    reports = batch.run_batch(
+        [(str(j), ttl and int(ttl)) for j, ttl in jobs], clock=timezone.now, requeue=requeue_tick
+    )
     return dict(Counter(report.status for report in reports))
 
 

@@ -21,8 +21,11 @@ def demo_items(request: HttpRequest) -> JsonResponse:
     """A JSON API that publishes a new item every 10 seconds (for `make run` without internet)."""
     n = int(time.time() // 10)
     items = [
-        {"id": i, "title": f"demo item of {time.strftime('%H:%M:%S', time.gmtime(i * 10))} UTC",
-         "published": i * 10}
+        {
+            "id": i,
+            "title": f"demo item of {time.strftime('%H:%M:%S', time.gmtime(i * 10))} UTC",
+            "published": i * 10,
+        }
         for i in range(n - 4, n + 1)
-    ]  # fmt: skip
+    ]
     return JsonResponse({"items": items})

@@ -58,11 +58,28 @@ def _positive(name: str, raw: str | None, default: int) -> int:
 def worker_commands(processes: int, threads: int, extra: Sequence[str] = ()) -> list[list[str]]:
     """The ``celery worker`` command line of each worker process."""
     return [
-        [sys.executable, "-m", "celery", "-A", "nexopoll", "worker", "-l", "info",
-         "-P", "threads", "-c", str(threads), "-n", f"worker{i}@%h",
-         "-E", "--without-gossip", "--without-mingle", *extra]
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "nexopoll",
+            "worker",
+            "-l",
+            "info",
+            "-P",
+            "threads",
+            "-c",
+            str(threads),
+            "-n",
+            f"worker{i}@%h",
+            "-E",
+            "--without-gossip",
+            "--without-mingle",
+            *extra,
+        ]
         for i in range(1, processes + 1)
-    ]  # fmt: skip
+    ]
 
 
 def _own_group(parent: int) -> None:
@@ -105,8 +122,7 @@ def supervise(commands: Sequence[Sequence[str]]) -> int:
             if stopping:  # signalled while starting: start no more
                 break
             children.append(subprocess.Popen(list(cmd), preexec_fn=setup))
-        _say(f"started {len(children)} worker processes: "
-             f"{', '.join(str(c.pid) for c in children)}")  # fmt: skip
+        _say(f"started {len(children)} worker processes: {', '.join(str(c.pid) for c in children)}")
         status = 0
         reported: set[int] = set()
         while any(c.poll() is None for c in children):
@@ -118,8 +134,9 @@ def supervise(commands: Sequence[Sequence[str]]) -> int:
                 if rc != 0 and status == 0:
                     status = 1 if rc < 0 else rc
                 if not stopping:  # exited on its own: the group ends
-                    _say(f"worker {i} (pid {child.pid}) exited with status {rc}: "
-                         "stopping the others")  # fmt: skip
+                    _say(
+                        f"worker {i} (pid {child.pid}) exited with status {rc}: stopping the others"
+                    )
                     forward(signal.SIGTERM, None)
                     status = status or 1
             time.sleep(POLL_SECS)
@@ -146,9 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nexopoll.settings")
     from django.conf import settings  # the sizes are settings; the launcher needs no app
 
-    processes = _positive(
-        "NEXOPOLL_WORKER_PROCESSES", settings.NEXOPOLL_WORKER_PROCESSES, cores()
-    )
+    processes = _positive("NEXOPOLL_WORKER_PROCESSES", settings.NEXOPOLL_WORKER_PROCESSES, cores())
     threads = _positive(
         "NEXOPOLL_WORKER_THREADS", settings.NEXOPOLL_WORKER_THREADS, DEFAULT_THREADS
     )

@@ -83,7 +83,7 @@ class NetRequest:  # google.auth.transport.Request's interface
     def __init__(self, cancel: CancelToken | None = None) -> None:
         self.cancel = cancel
 
-    def __call__(self, url, method="GET", body=None, headers=None, timeout=None, **kwargs):  # type: ignore[override]
+    def __call__(self, url, method="GET", body=None, headers=None, timeout=None, **kwargs):
         resp = http.fetch(
             method,
             url,

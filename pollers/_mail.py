@@ -40,9 +40,12 @@ MAX_DEPTH = 20
 # one address: a dot-atom or quoted local part, a plain domain; nothing else around it
 _ADDR_RE = re.compile(r'(?:[^\s"@<>()\[\],;:\\]+|"[^"\\\r\n]*")@[^\s"@<>()\\,;=?]+')
 _WORD_DEFECTS = (
-    errors.InvalidBase64CharactersDefect, errors.InvalidBase64PaddingDefect,
-    errors.InvalidBase64LengthDefect, errors.UndecodableBytesDefect, errors.CharsetError,
-)  # fmt: skip
+    errors.InvalidBase64CharactersDefect,
+    errors.InvalidBase64PaddingDefect,
+    errors.InvalidBase64LengthDefect,
+    errors.UndecodableBytesDefect,
+    errors.CharsetError,
+)
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,20 @@ class MailMessage:
 
 
 BUILTIN_FIELDS = frozenset(
-    {"id", "thread_id", "subject", "from", "from_address", "from_name", "to", "date",
-     "snippet", "body", "labels"}
-)  # fmt: skip
+    {
+        "id",
+        "thread_id",
+        "subject",
+        "from",
+        "from_address",
+        "from_name",
+        "to",
+        "date",
+        "snippet",
+        "body",
+        "labels",
+    }
+)
 
 
 def parse_message(doc: Mapping[str, Any]) -> MailMessage:

@@ -41,9 +41,11 @@ class AgentTurnPoller(Poller):
         for key in sorted(set(config) - KEYS):
             raise ConfigError(f"unknown key (allowed: {', '.join(sorted(KEYS))})", path=key)
         llm = config.get("llm")
-        if not isinstance(llm, dict) or set(llm) != {"provider", "model"} or not all(
-            isinstance(v, str) and v for v in llm.values()
-        ):  # fmt: skip
+        if (
+            not isinstance(llm, dict)
+            or set(llm) != {"provider", "model"}
+            or not all(isinstance(v, str) and v for v in llm.values())
+        ):
             raise ConfigError("must be {provider, model}", path="llm")
         for key in ("system_prompt", "user_prompt"):
             text = config.get(key, "" if key == "system_prompt" else None)
@@ -116,10 +118,16 @@ class AgentTurnPoller(Poller):
         dispatched = 0
         if content:
             target = cfg["deliver"]
-            ctx.host.deliver(target["channel"], target["to"], {
-                "text": content, "job_id": ctx.job_id, "model": reply.get("model_id", ""),
-                "usage": {k: int(usage.get(k, 0) or 0) for k in USAGE_KEYS},
-            })  # fmt: skip
+            ctx.host.deliver(
+                target["channel"],
+                target["to"],
+                {
+                    "text": content,
+                    "job_id": ctx.job_id,
+                    "model": reply.get("model_id", ""),
+                    "usage": {k: int(usage.get(k, 0) or 0) for k in USAGE_KEYS},
+                },
+            )
             dispatched = 1
         else:
             ctx.host.log("info", "agent_turn: empty answer, nothing delivered")

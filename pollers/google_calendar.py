@@ -98,8 +98,10 @@ class GoogleCalendarPoller(ConfiguredPoller):
                 reason="sync token expired (HTTP 410 Gone)",
                 calendar_id=cfg.calendar_id,
             )
-            note = ("sync token expired (410 Gone): re-baselined automatically; changes "
-                    "since the previous sync were not delivered")  # fmt: skip
+            note = (
+                "sync token expired (410 Gone): re-baselined automatically; changes "
+                "since the previous sync were not delivered"
+            )
             fresh = SyncCursor(rebaselined_at=ctx.now.isoformat(), note=note)
             ack = _ack(baseline(api, path, fresh, cfg, ctx.now), 0, 0)
             # operators see it with the job's status (list, admin, API), not only in the log

@@ -186,9 +186,10 @@ class RssPoller(ConfiguredPoller):
         if resp.status == 304:  # the cheap tick: nothing parsed, nothing delivered
             return TickAck(next_interval_hint=_http.longest(server_hint, cursor.feed_hint))
         feed = parse_feed(
-            resp.body, charset=charset_of(_http.header(resp.headers, "Content-Type")),
+            resp.body,
+            charset=charset_of(_http.header(resp.headers, "Content-Type")),
             base_url=resp.url,
-        )  # fmt: skip
+        )
         ctx.cancel.raise_if_cancelled()
         if len(feed.entries) > MAX_FEED_ENTRIES:
             raise PermanentError(
@@ -248,7 +249,7 @@ def select_new(entries: list[Entry], seen: tuple[str, ...], limit: int) -> tuple
             known.add(key)
             unseen.append(entry)
     if unseen and all(e.published is not None for e in unseen):
-        unseen.sort(key=lambda e: e.published)  # type: ignore[arg-type, return-value]
+        unseen.sort(key=lambda e: e.published)
     return unseen[:limit], max(0, len(unseen) - limit)
 
 

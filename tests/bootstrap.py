@@ -71,7 +71,7 @@ os.environ["NEXOPOLL_CONFIG"] = str(SESSION_TMP / "pollers.yaml")
 os.environ["NEXOPOLL_LEASE_MIN_SECS"] = "3"
 
 
-def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+def pytest_sessionfinish(session, exitstatus):
     """Runs after every fixture (the session's redis-server included) was torn down."""
     if os.environ.get("NEXOPOLL_KEEP_TEST_TMP"):
         print(f"\nnexopoll: kept the session's temporary files in {SESSION_TMP}")

@@ -51,9 +51,13 @@ def test_the_setting_reads_nexopoll_demo(value, expected):
         env["NEXOPOLL_DEMO"] = value
     code = "from django.conf import settings; print(settings.NEXOPOLL_DEMO)"
     done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout.strip().splitlines()[-1] == expected, done.stderr
 
 

@@ -26,8 +26,11 @@ import urllib3.poolmanager
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-P, K, VAR_KW = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY,
-                inspect.Parameter.VAR_KEYWORD)  # fmt: skip
+P, K, VAR_KW = (
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+    inspect.Parameter.VAR_KEYWORD,
+)
 NO = inspect.Parameter.empty
 
 
@@ -51,48 +54,71 @@ SIGNATURES = {
     "kombu QoS.ack": (QoS.ack, params("self", "delivery_tag")),
     "kombu QoS.reject": (QoS.reject, params("self", "delivery_tag", ("requeue", False))),
     "kombu QoS._remove_from_indices": (
-        QoS._remove_from_indices, params("self", "delivery_tag", ("pipe", None))),
+        QoS._remove_from_indices,
+        params("self", "delivery_tag", ("pipe", None)),
+    ),
     "kombu QoS.restore_by_tag": (
-        QoS.restore_by_tag, params("self", "tag", ("client", None), ("leftmost", False))),
+        QoS.restore_by_tag,
+        params("self", "tag", ("client", None), ("leftmost", False)),
+    ),
     "kombu virtual.QoS.ack": (virtual.QoS.ack, params("self", "delivery_tag")),
     # urllib3: the connect-time guard replaces _new_conn and hooks the pool manager
     "urllib3 HTTPConnection._new_conn": (Conn._new_conn, params("self")),
     "urllib3 PoolManager._new_pool": (
         urllib3.poolmanager.PoolManager._new_pool,
-        params("self", "scheme", "host", "port", ("request_context", None))),
+        params("self", "scheme", "host", "port", ("request_context", None)),
+    ),
     "urllib3 PoolManager.__init__": (
         urllib3.poolmanager.PoolManager.__init__,
-        [*params("self", ("num_pools", 10), ("headers", None)),
-         ("connection_pool_kw", VAR_KW, NO)]),
+        [*params("self", ("num_pools", 10), ("headers", None)), ("connection_pool_kw", VAR_KW, NO)],
+    ),
     "urllib3 NameResolutionError": (
-        urllib3.exceptions.NameResolutionError.__init__, params("self", "host", "conn", "reason")),
+        urllib3.exceptions.NameResolutionError.__init__,
+        params("self", "host", "conn", "reason"),
+    ),
     "urllib3 NewConnectionError": (
-        urllib3.exceptions.NewConnectionError.__init__, params("self", "conn", "message")),
+        urllib3.exceptions.NewConnectionError.__init__,
+        params("self", "conn", "message"),
+    ),
     "requests HTTPAdapter.init_poolmanager": (
         requests.adapters.HTTPAdapter.init_poolmanager,
-        [*params("self", "connections", "maxsize", ("block", False)),
-         ("pool_kwargs", VAR_KW, NO)]),
+        [*params("self", "connections", "maxsize", ("block", False)), ("pool_kwargs", VAR_KW, NO)],
+    ),
     "requests HTTPAdapter.proxy_manager_for": (
         requests.adapters.HTTPAdapter.proxy_manager_for,
-        [*params("self", "proxy"), ("proxy_kwargs", VAR_KW, NO)]),
+        [*params("self", "proxy"), ("proxy_kwargs", VAR_KW, NO)],
+    ),
     # RedBeat: the scheduler, its entry and the JSON codec
     "redbeat RedBeatScheduler.__init__": (
         Scheduler.__init__,
-        [*params("self", "app", ("lock_key", None), ("lock_timeout", None)),
-         ("kwargs", VAR_KW, NO)]),
+        [
+            *params("self", "app", ("lock_key", None), ("lock_timeout", None)),
+            ("kwargs", VAR_KW, NO),
+        ],
+    ),
     "redbeat RedBeatScheduler.setup_schedule": (Scheduler.setup_schedule, params("self")),
     "redbeat RedBeatScheduler.tick": (
-        Scheduler.tick, [*params("self", ("min", min)), ("kwargs", VAR_KW, NO)]),
+        Scheduler.tick,
+        [*params("self", ("min", min)), ("kwargs", VAR_KW, NO)],
+    ),
     "redbeat RedBeatScheduler.update_from_dict": (
-        Scheduler.update_from_dict, params("self", "dict_")),
+        Scheduler.update_from_dict,
+        params("self", "dict_"),
+    ),
     "redbeat RedBeatSchedulerEntry.decode_definition": (
-        Entry.decode_definition, params("definition")),
+        Entry.decode_definition,
+        params("definition"),
+    ),
     "redbeat RedBeatSchedulerEntry.save": (Entry.save, params("self")),
     "redbeat get_redis": (redbeat.schedulers.get_redis, params(("app", None))),
     "redbeat RedBeatJSONEncoder.default": (
-        redbeat.decoder.RedBeatJSONEncoder.default, params("self", "obj")),
+        redbeat.decoder.RedBeatJSONEncoder.default,
+        params("self", "obj"),
+    ),
     "redbeat RedBeatJSONDecoder.dict_to_object": (
-        redbeat.decoder.RedBeatJSONDecoder.dict_to_object, params("self", "d")),
+        redbeat.decoder.RedBeatJSONDecoder.dict_to_object,
+        params("self", "d"),
+    ),
 }
 
 
@@ -113,12 +139,17 @@ def test_urllib3_connection_keeps_the_attributes_the_guard_reads():
     conn = Conn("example.com.", 8080, timeout=3, source_address=None)
     assert conn._dns_host == "example.com."  # the name resolved: as given (host drops the dot)
     assert (conn.host, conn.port, conn.timeout, conn.source_address) == (
-        "example.com", 8080, 3, None)  # fmt: skip
+        "example.com",
+        8080,
+        3,
+        None,
+    )
     assert isinstance(conn.socket_options, list)
     assert Conn.response_class is http.client.HTTPResponse  # replaced by the guard's
     assert urllib3.connectionpool.HTTPConnectionPool.ConnectionCls is Conn
     assert urllib3.connectionpool.HTTPSConnectionPool.ConnectionCls is (
-        urllib3.connection.HTTPSConnection)  # fmt: skip
+        urllib3.connection.HTTPSConnection
+    )
     manager = urllib3.poolmanager.PoolManager()
     assert set(manager.pool_classes_by_scheme) == {"http", "https"}
     pool = manager._new_pool("http", "example.com", 80)

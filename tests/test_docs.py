@@ -52,9 +52,15 @@ def documented_variables() -> set[str]:
 
 def test_the_scan_finds_the_readers_it_is_meant_to_find():
     found = variables_read()
-    for name in ("DATABASE_URL", "NEXOPOLL_VISIBILITY_TIMEOUT", "NEXOPOLL_SLACK_API_BASE",
-                 "NEXOPOLL_GMAIL_API_BASE", "NEXOPOLL_FLOWER_BASIC_AUTH", "DJANGO_SECRET_KEY_FILE",
-                 "NEXOPOLL_WORKER_THREADS"):  # fmt: skip
+    for name in (
+        "DATABASE_URL",
+        "NEXOPOLL_VISIBILITY_TIMEOUT",
+        "NEXOPOLL_SLACK_API_BASE",
+        "NEXOPOLL_GMAIL_API_BASE",
+        "NEXOPOLL_FLOWER_BASIC_AUTH",
+        "DJANGO_SECRET_KEY_FILE",
+        "NEXOPOLL_WORKER_THREADS",
+    ):
         assert name in found, name
 
 
@@ -110,8 +116,13 @@ def test_the_docs_site_builds_strictly(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
     if mkdocs is None:
         pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
-    done = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -137,8 +148,9 @@ def test_the_readme_pollers_yaml_loads_with_the_real_validators():
     env = {"JIRA_TOKEN": "t" * 12, "ANA_HOOK_SECRET": "s" * 12}
     now = datetime(2026, 1, 1, tzinfo=UTC)
     validators, channels = get_registry().validators(), binding_schemas()
-    cfg = load_config(doc, source="README.md", env=env, now=now, validators=validators,
-                      channels=channels)  # fmt: skip
+    cfg = load_config(
+        doc, source="README.md", env=env, now=now, validators=validators, channels=channels
+    )
     assert cfg.issues == [] and list(cfg.jobs) == ["jira_assigned"]
 
 
@@ -152,7 +164,17 @@ def test_commands_use_the_nexopoll_command_not_manage_py(path):
 def test_the_readme_stays_an_overview():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
-    for page in ("configuration", "operating", "pollers", "channels", "plugins", "security",
-                 "reliability", "testing", "performance", "architecture"):  # fmt: skip
+    for page in (
+        "configuration",
+        "operating",
+        "pollers",
+        "channels",
+        "plugins",
+        "security",
+        "reliability",
+        "testing",
+        "performance",
+        "architecture",
+    ):
         assert f"(docs/{page}.md)" in readme, page
     assert "make run" in readme and "make test" in readme and "about 15 minutes" in readme

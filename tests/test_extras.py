@@ -16,9 +16,13 @@ from tests.support.procs import ROOT
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True,
-        text=True, timeout=120, env={**_base_env(), **env},
-    )  # fmt: skip
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**_base_env(), **env},
+    )
 
 
 def _base_env() -> dict[str, str]:
@@ -29,8 +33,11 @@ def _base_env() -> dict[str, str]:
 
 def test_require_names_the_extra_and_passes_other_import_errors(tmp_path, monkeypatch):
     assert require("json", "x", "y").dumps([]) == "[]"
-    with pytest.raises(MissingExtra, match=r"^the thing: nonexistent_pkg_q is not installed; "
-                       r"pip install 'nexopoll\[extra\]'$"):  # fmt: skip
+    with pytest.raises(
+        MissingExtra,
+        match=r"^the thing: nonexistent_pkg_q is not installed; "
+        r"pip install 'nexopoll\[extra\]'$",
+    ):
         require("nonexistent_pkg_q.sub", "extra", "the thing")
     # an installed package whose own import fails (a broken install) is not a missing extra
     (tmp_path / "brokenpkg_q").mkdir()
@@ -64,24 +71,30 @@ def test_the_google_pollers_load_without_google_auth_and_their_ticks_name_the_ex
 
 
 def test_nexopoll_mcp_without_mcp_names_the_extra(tmp_path):
-    done = _python("""
+    done = _python(
+        """
         import sys
         sys.modules["mcp"] = None
         from nexopoll.cli import main
         main(["mcp"])
-    """, NEXOPOLL_CONFIG=str(tmp_path / "none.yaml"))  # fmt: skip
+    """,
+        NEXOPOLL_CONFIG=str(tmp_path / "none.yaml"),
+    )
     assert done.returncode == 1
     assert "nexopoll mcp: mcp is not installed; pip install 'nexopoll[mcp]'" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_a_postgres_url_without_psycopg_names_the_extra():
-    done = _python("""
+    done = _python(
+        """
         import sys
         sys.modules["psycopg"] = None
         import django
         django.setup()
-    """, DATABASE_URL="postgres://u@127.0.0.1:1/db")  # fmt: skip
+    """,
+        DATABASE_URL="postgres://u@127.0.0.1:1/db",
+    )
     assert done.returncode == 1
     assert "psycopg is not installed; pip install 'nexopoll[postgres]'" in done.stderr
 

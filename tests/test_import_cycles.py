@@ -16,9 +16,15 @@ def graph(*edges: tuple[str, str]) -> grimp.ImportGraph:
 
 
 def test_a_cycle_of_three_and_a_pair_are_each_found_and_a_chain_is_not():
-    g = graph(("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"),  # a -> b -> c -> a
-              ("p.x", "p.y"), ("p.y", "p.x"),  # x <-> y
-              ("p.c", "p.d"), ("p.d", "p.e"))  # a chain hanging off the cycle  # fmt: skip
+    g = graph(
+        ("p.a", "p.b"),
+        ("p.b", "p.c"),
+        ("p.c", "p.a"),  # a -> b -> c -> a
+        ("p.x", "p.y"),
+        ("p.y", "p.x"),  # x <-> y
+        ("p.c", "p.d"),
+        ("p.d", "p.e"),
+    )  # a chain hanging off the cycle
     found = _components(g, set(g.modules))
     assert sorted(found) == [["p.a", "p.b", "p.c"], ["p.x", "p.y"]]
 

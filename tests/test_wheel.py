@@ -70,10 +70,24 @@ def _build_wheel(tmp: Path) -> Path:
             shutil.copy(path, src / name)
     dist = tmp / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(dist), str(src)],
-        check=True, capture_output=True, text=True, timeout=240, env=_clean_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_clean_env(),
+    )
     (wheel,) = dist.glob("nexopoll-*.whl")
     return wheel
 
@@ -86,14 +100,31 @@ def _venv_with(wheel: Path, tmp: Path) -> Path:
     )
     python = venv / "bin" / "python"
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-         "--no-index", str(wheel)],
-        check=True, capture_output=True, text=True, timeout=240, env=_clean_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_clean_env(),
+    )
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True, env=_clean_env(),
-    ).stdout.strip()  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+    ).stdout.strip()
     (Path(purelib) / "_dev_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
@@ -128,22 +159,34 @@ def test_the_wheel_alone_migrates_checks_ticks_and_serves_the_admin_css(tmp_path
 
     def run(*args: str, cwd: Path = elsewhere, **extra: str) -> subprocess.CompletedProcess:
         done = subprocess.run(
-            [nexopoll, *args], cwd=cwd, env={**env, **extra}, capture_output=True, text=True,
+            [nexopoll, *args],
+            cwd=cwd,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
         assert done.returncode == 0, f"nexopoll {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done
 
     # the modules are the wheel's, and every path the settings derive lies under HOME
-    shown = run("shell", "-c", (
-        "import json, nexopoll, admin_ext, pollers; from django.conf import settings as s; "
-        "print(json.dumps([nexopoll.__file__, admin_ext.__file__, pollers.__file__, "
-        "str(s.DATA_DIR), s.NEXOPOLL_CONFIG, s.NEXOPOLL_PLUGINS_DIR, s.STATIC_ROOT]))"
-    )).stdout  # fmt: skip
+    shown = run(
+        "shell",
+        "-c",
+        (
+            "import json, nexopoll, admin_ext, pollers; from django.conf import settings as s; "
+            "print(json.dumps([nexopoll.__file__, admin_ext.__file__, pollers.__file__, "
+            "str(s.DATA_DIR), s.NEXOPOLL_CONFIG, s.NEXOPOLL_PLUGINS_DIR, s.STATIC_ROOT]))"
+        ),
+    ).stdout
     modules, paths = json.loads(shown.splitlines()[-1])[:3], json.loads(shown.splitlines()[-1])[3:]
     assert all(m.startswith(str(venv)) for m in modules), modules
-    assert paths == [str(home / "data"), str(home / "config" / "pollers.yaml"),
-                     str(home / "plugins"), str(home / "data" / "static")]  # fmt: skip
+    assert paths == [
+        str(home / "data"),
+        str(home / "config" / "pollers.yaml"),
+        str(home / "plugins"),
+        str(home / "data" / "static"),
+    ]
 
     with TestHTTPServer() as feed:
         items = [{"id": 1, "title": "one"}, {"id": 2, "title": "two"}]
@@ -169,10 +212,13 @@ def test_the_wheel_alone_migrates_checks_ticks_and_serves_the_admin_css(tmp_path
     # `nexopoll runserver` serves the admin's CSS from the installed package
     port = free_port()
     server = subprocess.Popen(
-        [nexopoll, "runserver", "--noreload", f"127.0.0.1:{port}"], cwd=elsewhere,
+        [nexopoll, "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=elsewhere,
         env={**env, "DJANGO_SECRET_KEY": secrets.token_urlsafe(40)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         status, body = _wait_for(f"http://127.0.0.1:{port}/static/admin_ext/nexopoll.css")
         assert status == 200 and body == css

@@ -41,10 +41,12 @@ ERRORS = {
 SECURITY = {
     "bearer": {"type": "http", "scheme": "bearer", "description": "NEXOPOLL_API_TOKEN"},
     "session": {
-        "type": "apiKey", "in": "cookie", "name": "sessionid",
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "sessionid",
         "description": "a staff session (the admin's login), with CSRF for POST",
     },
-}  # fmt: skip
+}
 DESCRIPTION = (
     'Inspect and control poll jobs and the outbox. Every answer is JSON; errors are `{"error":'
     ' {"code", "message", "details"}}`. Runs and dry runs tick on a worker: the result when'
@@ -64,8 +66,15 @@ class Api(NinjaAPI):
         return str(operation.view_func.__name__)
 
 
-api = Api(title="nexopoll API", version="1", description=DESCRIPTION, openapi_url=None,
-          docs_url=None, parser=_JsonParser(), urls_namespace="api")  # fmt: skip
+api = Api(
+    title="nexopoll API",
+    version="1",
+    description=DESCRIPTION,
+    openapi_url=None,
+    docs_url=None,
+    parser=_JsonParser(),
+    urls_namespace="api",
+)
 api.add_router("", pollers)
 api.add_router("", deliveries)
 
@@ -104,7 +113,7 @@ def _invalid(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
 def _invalid_model(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     """A body validated in an operation (an empty body where one is required)."""
     errors = exc.errors(include_url=False, include_input=False)
-    details = _issues(errors, 0)  # type: ignore[arg-type]
+    details = _issues(errors, 0)
     where = details[0]["loc"] or "body"
     message = f"invalid request body: {where}: {errors[0]['msg']}"
     return _envelope(request, ApiError(422, message, details=details))
@@ -114,7 +123,7 @@ def _invalid_model(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 def _refused(request: HttpRequest, exc: ServiceError) -> HttpResponse:
     """The one place a service's refusal becomes an answer: its status, code, message and
     details (``ServiceError.as_dict``), as every other front-end reads them."""
-    return _envelope(request, from_service(exc))  # type: ignore[arg-type]
+    return _envelope(request, from_service(exc))
 
 
 @api.exception_handler(HttpError)

@@ -49,15 +49,15 @@ class Principal:
 
 
 class _Csrf(CsrfViewMiddleware):
-    def _reject(self, request: HttpRequest, reason: str) -> str:  # type: ignore[override]
+    def _reject(self, request: HttpRequest, reason: str) -> str:
         return reason
 
 
 def csrf_problem(request: HttpRequest) -> str | None:
     """Django's CSRF check (origin, referer, token) as the admin applies it; None: passed."""
-    check = _Csrf(lambda r: None)  # type: ignore[arg-type,return-value]
+    check = _Csrf(lambda r: None)
     check.process_request(request)
-    return check.process_view(request, None, (), {})  # type: ignore[arg-type,return-value]
+    return check.process_view(request, None, (), {})
 
 
 def _bearer(header: str) -> Principal:
@@ -68,9 +68,10 @@ def _bearer(header: str) -> Principal:
     expected = settings.NEXOPOLL_API_TOKEN
     if not expected:
         raise ApiError(
-            401, "bearer tokens are refused: NEXOPOLL_API_TOKEN is not set on the server",
+            401,
+            "bearer tokens are refused: NEXOPOLL_API_TOKEN is not set on the server",
             headers=_challenge(),
-        )  # fmt: skip
+        )
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise ApiError(401, "invalid token", headers=_challenge())
     digest = hashlib.sha256(expected.encode()).hexdigest()[:16]
@@ -88,15 +89,18 @@ def authenticate(request: HttpRequest, *, unsafe: bool) -> Principal:
         return _bearer(header)
     if any(name in request.GET for name in QUERY_TOKEN_NAMES):
         raise ApiError(
-            401, "tokens are only accepted in the Authorization header, never in the URL",
+            401,
+            "tokens are only accepted in the Authorization header, never in the URL",
             headers=_challenge(),
-        )  # fmt: skip
+        )
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         raise ApiError(
-            401, "authentication required: Authorization: Bearer <NEXOPOLL_API_TOKEN>, "
-            "or a staff session", headers=_challenge(),
-        )  # fmt: skip
+            401,
+            "authentication required: Authorization: Bearer <NEXOPOLL_API_TOKEN>, "
+            "or a staff session",
+            headers=_challenge(),
+        )
     if not (user.is_active and user.is_staff):
         raise ApiError(403, "a staff account is required")
     if unsafe:
@@ -119,6 +123,7 @@ def rate_limit(client: str) -> None:
     if count is not None and count > limit:
         retry = str(60 - int(time.time()) % 60)
         raise ApiError(
-            429, f"rate limit: {limit} requests per minute; retry in {retry} s",
+            429,
+            f"rate limit: {limit} requests per minute; retry in {retry} s",
             headers={"Retry-After": retry},
-        )  # fmt: skip
+        )

@@ -27,9 +27,14 @@ CODES = {
 
 class ApiError(Exception):
     def __init__(
-        self, status: int, message: str, *, code: str | None = None, details: Any = None,
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        details: Any = None,
         headers: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code or CODES.get(status, "error")
@@ -56,8 +61,13 @@ def from_service(exc: Exception) -> ApiError | None:
         return None
     body = exc.as_dict()
     headers = {"Retry-After": "5"} if exc.http_status == 503 else None
-    return ApiError(exc.http_status, body["message"], code=body["code"],
-                    details=body.get("details"), headers=headers)  # fmt: skip
+    return ApiError(
+        exc.http_status,
+        body["message"],
+        code=body["code"],
+        details=body.get("details"),
+        headers=headers,
+    )
 
 
 def from_exception(exc: BaseException) -> ApiError:

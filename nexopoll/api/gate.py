@@ -97,8 +97,9 @@ def check_body(request: HttpRequest, raw: bytes, has_body: bool) -> None:
 class Gate:
     """An operation's ``auth``: returns the :class:`.auth.Principal` (``request.auth``)."""
 
-    def __init__(self, perm: str, *, query: type[BaseModel] | None = None,
-                 body: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, perm: str, *, query: type[BaseModel] | None = None, body: bool = False
+    ) -> None:
         self.perm, self.query, self.body = perm, query, body
 
     def __call__(self, request: HttpRequest) -> auth.Principal:

@@ -53,9 +53,12 @@ class ApiJsonMiddleware:
             return response
         status = response.status_code
         message = {
-            400: "bad request", 403: "forbidden", 404: f"no such endpoint: {request.path[:200]}",
-            405: f"{request.method} is not allowed here", 413: "request body too large",
-        }.get(status, "the server could not answer this request")  # fmt: skip
+            400: "bad request",
+            403: "forbidden",
+            404: f"no such endpoint: {request.path[:200]}",
+            405: f"{request.method} is not allowed here",
+            413: "request body too large",
+        }.get(status, "the server could not answer this request")
         headers = {k: response[k] for k in ("Allow", "Retry-After") if response.has_header(k)}
         code = CODES.get(status, "internal_error" if status >= 500 else "error")
         replaced = ApiError(status, message, code=code, headers=headers).response()

@@ -53,9 +53,11 @@ QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 
 # --- errors --------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
-    code: str = Field(description="bad_request, unauthorized, forbidden, csrf_failed, "
-                      "not_found, method_not_allowed, conflict, too_large, invalid, "
-                      "rate_limited, internal_error, run_failed, unavailable")  # fmt: skip
+    code: str = Field(
+        description="bad_request, unauthorized, forbidden, csrf_failed, "
+        "not_found, method_not_allowed, conflict, too_large, invalid, "
+        "rate_limited, internal_error, run_failed, unavailable"
+    )
     message: str
     details: Any = None
 
@@ -78,9 +80,11 @@ class JobQuery(Strict):
     paused: QueryBool | None = Field(None, description="true or false")
     limit: QueryInt = Field(50, ge=1, le=MAX_PAGE)
     after: str | None = Field(
-        None, max_length=100, pattern=QUERY_TEXT,
+        None,
+        max_length=100,
+        pattern=QUERY_TEXT,
         description="the previous page's next_after (job ids ascend)",
-    )  # fmt: skip
+    )
 
 
 class Job(BaseModel):
@@ -132,9 +136,10 @@ class JobPage(BaseModel):
 
 class RunRequest(Body):
     wait: bool = Field(
-        True, description="true: wait for the worker up to NEXOPOLL_RUN_WAIT_SECS (then 202); "
+        True,
+        description="true: wait for the worker up to NEXOPOLL_RUN_WAIT_SECS (then 202); "
         "false: answer 202 at once",
-    )  # fmt: skip
+    )
     force: bool = Field(False, description="tick a paused job anyway")
 
 

@@ -41,8 +41,15 @@ def _load() -> dict[str, Channel]:
     from .webhook import WebhookChannel
     from .whatsapp import WhatsappChannel
 
-    builtins = (EmailChannel, LogChannel, SlackChannel, StreamChannel, TelegramChannel,
-                WebhookChannel, WhatsappChannel)  # fmt: skip
+    builtins = (
+        EmailChannel,
+        LogChannel,
+        SlackChannel,
+        StreamChannel,
+        TelegramChannel,
+        WebhookChannel,
+        WhatsappChannel,
+    )
     found: dict[str, Channel] = {}
     sources: dict[str, str] = {}
     candidates: list[tuple[Any, str]] = [(c, "built-in") for c in builtins]

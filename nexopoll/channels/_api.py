@@ -24,9 +24,7 @@ from .message import OutboundMessage
 MAX_RESPONSE_BYTES = 256 * 1024
 
 
-def message_text(
-    message: OutboundMessage, limit: int, escape: markup.Escape | None = None
-) -> str:
+def message_text(message: OutboundMessage, limit: int, escape: markup.Escape | None = None) -> str:
     """The text to send: the payload's ``text``, else the payload as JSON; capped.
 
     With ``escape`` (the channel's markup), every part of the text outside the

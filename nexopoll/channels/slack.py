@@ -39,14 +39,33 @@ DEFAULT_BASE = "https://slack.com/api"
 ERROR_WORD_RE = re.compile(r"[a-z_]{1,64}", re.ASCII)
 MAX_TEXT = 40_000
 TRANSIENT_ERRORS = frozenset(
-    {"ratelimited", "rate_limited", "service_unavailable", "internal_error", "fatal_error",
-     "request_timeout", "team_added_to_org"}
-)  # fmt: skip
+    {
+        "ratelimited",
+        "rate_limited",
+        "service_unavailable",
+        "internal_error",
+        "fatal_error",
+        "request_timeout",
+        "team_added_to_org",
+    }
+)
 CONFIG_ERRORS = frozenset(
-    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
-     "missing_scope", "not_allowed_token_type", "no_permission", "invalid_token",
-     "no_service", "no_active_hooks", "action_prohibited", "ekm_access_denied"}
-)  # fmt: skip
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "missing_scope",
+        "not_allowed_token_type",
+        "no_permission",
+        "invalid_token",
+        "no_service",
+        "no_active_hooks",
+        "action_prohibited",
+        "ekm_access_denied",
+    }
+)
 
 
 class SlackChannel:

@@ -34,23 +34,23 @@ class _Bounded:
     def _left(self) -> float:
         left = self._deadline_at - time.monotonic()
         if left <= 0:
-            self.close()  # type: ignore[attr-defined]
+            self.close()
             raise SMTPDeadlineExceeded(f"deadline of {self._deadline_secs:g} s exceeded")
         return left
 
     def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
         bound = self._left() if timeout is None else min(timeout, self._left())
-        return super()._get_socket(host, port, bound)  # type: ignore[misc]
+        return super()._get_socket(host, port, bound)
 
     def send(self, s: Any) -> None:
         if self.sock is not None:
             self.sock.settimeout(self._left())
-        super().send(s)  # type: ignore[misc]
+        super().send(s)
 
     def getreply(self) -> tuple[int, bytes]:
         if self.sock is not None:
             self.sock.settimeout(self._left())
-        return super().getreply()  # type: ignore[misc]
+        return super().getreply()
 
 
 class _SMTP(_Bounded, smtplib.SMTP):
@@ -74,7 +74,7 @@ class DeadlineEmailBackend(EmailBackend):
         self._deadline = (time.monotonic() + deadline_secs, deadline_secs)
 
     @property
-    def connection_class(self) -> Any:  # type: ignore[override]
+    def connection_class(self) -> Any:
         cls = _SMTPSSL if self.use_ssl else _SMTP
         return functools.partial(cls, *self._deadline)
 

@@ -149,10 +149,14 @@ def check_request(request: Any, settings: LlmSettings | None) -> tuple[Provider,
             "(llm.max_tokens_cap)"
         )
     messages = request.get("messages")
-    if not isinstance(messages, list) or not messages or not all(
-        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
-        for m in messages
-    ):  # fmt: skip
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(
+            isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
+            for m in messages
+        )
+    ):
         raise ConfigError("messages must be a non-empty list of {role, content} objects")
     body: dict[str, Any] = {
         "model": model,
@@ -198,4 +202,3 @@ def reply_from_json(doc: Any, provider: str) -> dict[str, Any]:
         "usage": usage,
         "finish_reason": choice.get("finish_reason"),
     }
-

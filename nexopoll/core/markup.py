@@ -63,9 +63,12 @@ def escape_markdown(text: str) -> str:
 def escape_html(text: str) -> str:
     """Telegram HTML: ``&``, ``<``, ``>``, ``"`` and ``'`` as entities (safe in attributes)."""
     return (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        .replace('"', "&quot;").replace("'", "&#39;")
-    )  # fmt: skip
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("'", "&#39;")
+    )
 
 
 TELEGRAM_ESCAPES: dict[str, Escape] = {
@@ -118,7 +121,7 @@ def compose(text: str, spans: Sequence[tuple[int, int]], escape: Escape, limit: 
         if start >= len(text):
             break
         out.append(escape(text[pos:start]))
-        out.append(text[start:min(end, len(text))])
+        out.append(text[start : min(end, len(text))])
         pos = min(end, len(text))
     out.append(escape(text[pos:]))
     return "".join(out) + ("…" if cut else "")

@@ -78,9 +78,15 @@ def variants(secret: str) -> set[str]:
     """Lower-cased forms a secret may take in an error text (each a whole string)."""
     forms = {secret, unquote(secret), unquote_plus(secret), unquote(unquote(secret))}
     for form in list(forms):
-        forms |= {quote(form, safe=""), quote(form, safe="/"), quote(form, safe=_SAFE_URL),
-                  quote_plus(form), json.dumps(form)[1:-1], repr(form)[1:-1],
-                  html.escape(form)}  # fmt: skip
+        forms |= {
+            quote(form, safe=""),
+            quote(form, safe="/"),
+            quote(form, safe=_SAFE_URL),
+            quote_plus(form),
+            json.dumps(form)[1:-1],
+            repr(form)[1:-1],
+            html.escape(form),
+        }
         forms |= _url_parts(form)
     forms |= _base64_forms(secret)
     return {_lower(f) for f in forms if f}
@@ -171,9 +177,11 @@ def _views(text: str) -> Iterator[tuple[str, Sequence[int], Sequence[int]]]:
         yield current
     decoded, starts, ends = current
     if "+" in decoded:  # only a "+" written as such, not one decoded from %2B
-        yield "".join(
-            " " if c == "+" and starts[i] == ends[i] else c for i, c in enumerate(decoded)
-        ), starts, ends
+        yield (
+            "".join(" " if c == "+" and starts[i] == ends[i] else c for i, c in enumerate(decoded)),
+            starts,
+            ends,
+        )
 
 
 def _unescape(text: str) -> tuple[str, list[int], list[int]]:

@@ -39,8 +39,10 @@ def storable(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        fixed = {storable_text(str(k)) if isinstance(k, str) else k: storable(v)
-                 for k, v in value.items()}  # fmt: skip
+        fixed = {
+            storable_text(str(k)) if isinstance(k, str) else k: storable(v)
+            for k, v in value.items()
+        }
         same = len(fixed) == len(value) and all(
             a is b and c is d for (a, c), (b, d) in zip(value.items(), fixed.items(), strict=True)
         )

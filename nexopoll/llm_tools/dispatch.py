@@ -62,7 +62,7 @@ class ToolError(Exception):
 
 
 # --- scope -------------------------------------------------------------------------
-def _jobs_in_scope(agent: str | None):  # type: ignore[no-untyped-def]
+def _jobs_in_scope(agent: str | None):
     return services.kinds.jobs_of(None if settings.NEXOPOLL_TOOLS_ALL_JOBS else agent)
 
 
@@ -82,17 +82,33 @@ def _job(job_id: str, agent: str | None) -> Any:
 
 # --- the built-in tools ------------------------------------------------------------
 def _summary(view: dict[str, Any]) -> dict[str, Any]:
-    keys = ("id", "kind", "agent", "paused", "paused_reason", "status", "last_error",
-            "consecutive_errors", "breaker", "last_run_at", "next_run_at", "notice")  # fmt: skip
+    keys = (
+        "id",
+        "kind",
+        "agent",
+        "paused",
+        "paused_reason",
+        "status",
+        "last_error",
+        "consecutive_errors",
+        "breaker",
+        "last_run_at",
+        "next_run_at",
+        "notice",
+    )
     return {k: view.get(k) for k in keys}
 
 
 def pollers_list(args: dict[str, Any], agent: str | None, confirm: Confirm | None) -> Any:
     page = services.query_jobs(
-        now=timezone.now(), scope=_jobs_in_scope(agent), kind=args.get("kind"),
-        paused=args.get("paused"), status=args.get("status"), after=args.get("after"),
+        now=timezone.now(),
+        scope=_jobs_in_scope(agent),
+        kind=args.get("kind"),
+        paused=args.get("paused"),
+        status=args.get("status"),
+        after=args.get("after"),
         limit=args.get("limit", 50),
-    )  # fmt: skip
+    )
     return page.rows, {"jobs": [_summary(v) for v in page.items], "next_after": page.next_after}
 
 
@@ -107,14 +123,19 @@ def pollers_run(args: dict[str, Any], agent: str | None, confirm: Confirm | None
     report = services.run_job(job.job_id, now=timezone.now(), dry_run=dry_run)
     tick = services.tick_view(report, dry_run=dry_run)
     out = {
-        "id": job.job_id, "status": tick["status"], "reason": tick["reason"],
-        "error": tick["error"], "dry_run": dry_run, "committed": tick["committed"],
-        "items_seen": tick["items_seen"], "items_dispatched": tick["items_dispatched"],
+        "id": job.job_id,
+        "status": tick["status"],
+        "reason": tick["reason"],
+        "error": tick["error"],
+        "dry_run": dry_run,
+        "committed": tick["committed"],
+        "items_seen": tick["items_seen"],
+        "items_dispatched": tick["items_dispatched"],
         "polled_content": [
             {"channel": d["channel"], "to": d["to"], "payload": d["payload"]}
             for d in tick["deliveries"][:MAX_DELIVERIES_SHOWN]
         ],
-    }  # fmt: skip
+    }
     return [job], out
 
 
@@ -158,10 +179,13 @@ def pollers_reset(args: dict[str, Any], agent: str | None, confirm: Confirm | No
 
 
 _HANDLERS = {
-    "pollers_list": pollers_list, "pollers_show": pollers_show, "pollers_run": pollers_run,
-    "pollers_pause": pollers_pause, "pollers_resume": pollers_resume,
+    "pollers_list": pollers_list,
+    "pollers_show": pollers_show,
+    "pollers_run": pollers_run,
+    "pollers_pause": pollers_pause,
+    "pollers_resume": pollers_resume,
     "pollers_reset": pollers_reset,
-}  # fmt: skip
+}
 BUILTIN = [Tool(n, d, p, _HANDLERS[n]) for n, (d, p) in BUILTIN_SCHEMAS.items()]
 
 
@@ -173,8 +197,10 @@ def _custom(kind: str, spec: Any) -> Tool:
             raise ToolError("invalid_arguments", f"{spec.name} needs a job_id")
         job = _job(job_id, agent)
         if job.kind != kind:
-            raise ToolError("invalid_arguments", f"{spec.name} works on {kind} jobs; "
-                            f"{job.job_id!r} is a {job.kind} job")  # fmt: skip
+            raise ToolError(
+                "invalid_arguments",
+                f"{spec.name} works on {kind} jobs; {job.job_id!r} is a {job.kind} job",
+            )
         return [job], services.kinds.call_custom_tool(job.job_id, spec.name, args)
 
     return Tool(spec.name, spec.description, spec.parameters, handler, kind=kind)
@@ -230,28 +256,35 @@ def _failed(name: str, exc: Exception, secrets: frozenset[str]) -> ToolError:
     if isinstance(exc, services.ServiceError):  # the tools' one except ServiceError
         return _refused(exc, text, secrets)
     if isinstance(exc, ConfigError):
-        return ToolError("conflict", f"{name} refused: a configuration error (its text is "
-                         "under result.error)", data={"error": text})  # fmt: skip
+        return ToolError(
+            "conflict",
+            f"{name} refused: a configuration error (its text is under result.error)",
+            data={"error": text},
+        )
     log.warning("tools.failed tool=%s error=%s", name, type(exc).__name__, exc_info=exc)
     return ToolError(
-        "tool_failed", f"{name} failed ({type(exc).__name__}); the error's text, as the "
-        "source or poller gave it, is under result.error", data={"error": text},
-    )  # fmt: skip
+        "tool_failed",
+        f"{name} failed ({type(exc).__name__}); the error's text, as the "
+        "source or poller gave it, is under result.error",
+        data={"error": text},
+    )
 
 
 def _refused(exc: services.ServiceError, text: str, secrets: frozenset[str]) -> ToolError:
     """A service's refusal as a tool error: not found, invalid arguments or a conflict."""
     if isinstance(exc, services.JobPaused):
         return ToolError(
-            "conflict", f"job {exc.job_id!r} is paused: not ticked; resume it first "
+            "conflict",
+            f"job {exc.job_id!r} is paused: not ticked; resume it first "
             "(the paused reason is under result)",
             data={"paused_reason": redact(exc.reason[:2000], secrets)},
-        )  # fmt: skip
+        )
     if isinstance(exc, services.NotFound):
         return ToolError("not_found", text)
     code = "invalid_arguments" if isinstance(exc, services.BadRequest) else "conflict"
-    return ToolError(code, f"refused ({exc.code}): the reason is under result.error",
-                     data={"error": text})  # fmt: skip
+    return ToolError(
+        code, f"refused ({exc.code}): the reason is under result.error", data={"error": text}
+    )
 
 
 def _scope_jobs(args: dict[str, Any], agent: str | None) -> list[Any]:

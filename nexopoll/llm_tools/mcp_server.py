@@ -42,11 +42,12 @@ def build_server(agent: str | None) -> Server:
         specs = await anyio.to_thread.run_sync(lambda: tool_specs(agent=agent))
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=s["name"], description=s["description"],
-                           input_schema=s["parameters"])
+                types.Tool(
+                    name=s["name"], description=s["description"], input_schema=s["parameters"]
+                )
                 for s in specs
             ]
-        )  # fmt: skip
+        )
 
     async def call(ctx: Any, params: Any) -> types.CallToolResult:
         caps = ctx.session.client_capabilities

@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JOB_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
-JOB_ID = {"type": "string", "pattern": JOB_ID_PATTERN, "maxLength": 100,
-          "description": "the job's id, exactly as pollers_list shows it"}  # fmt: skip
+JOB_ID = {
+    "type": "string",
+    "pattern": JOB_ID_PATTERN,
+    "maxLength": 100,
+    "description": "the job's id, exactly as pollers_list shows it",
+}
 
 
 @dataclass(frozen=True)
@@ -20,8 +24,7 @@ class Tool:
     kind: str | None = None  # a poller kind's custom tool: its jobs only
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "parameters": self.parameters}  # fmt: skip
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
 def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -3,11 +3,15 @@
 from django.db import migrations, models
 
 
-def who_paused(apps, schema_editor):  # type: ignore[no-untyped-def]
+def who_paused(apps, schema_editor):
     """Rows paused before the column existed: read who paused them off their reason."""
     PollState = apps.get_model("nexopoll", "PollState")
-    for prefix, by in (("permanent error:", "error"), ("config error:", "error"),
-                       ("paused_on_boot", "boot"), ("one-shot schedule fired", "schedule")):  # fmt: skip
+    for prefix, by in (
+        ("permanent error:", "error"),
+        ("config error:", "error"),
+        ("paused_on_boot", "boot"),
+        ("one-shot schedule fired", "schedule"),
+    ):
         PollState.objects.filter(
             paused=True, paused_by="", paused_reason__startswith=prefix
         ).update(paused_by=by)

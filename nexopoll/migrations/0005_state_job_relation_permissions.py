@@ -26,7 +26,7 @@ NAMES = {
 }
 
 
-def copy_grants(apps, schema_editor):  # type: ignore[no-untyped-def]
+def copy_grants(apps, schema_editor):
     Permission = apps.get_model("auth", "Permission")
     ContentType = apps.get_model("contenttypes", "ContentType")
     Group = apps.get_model("auth", "Group")

@@ -220,7 +220,7 @@ class _DeadlineHTTPResponse(http.client.HTTPResponse):
         super().__init__(sock, *args, **kwargs)
         budget = current_budget.get()
         if budget is not None:
-            self.fp = _DeadlineFile(sock, self.fp, budget)  # type: ignore[assignment]
+            self.fp = _DeadlineFile(sock, self.fp, budget)
 
 
 class _GuardedMixin:
@@ -247,7 +247,7 @@ class _GuardedMixin:
         try:
             infos = self._guard.resolve(self._dns_host, self.port)
         except socket.gaierror as exc:
-            raise NameResolutionError(self.host, self, exc) from exc  # type: ignore[arg-type]
+            raise NameResolutionError(self.host, self, exc) from exc
         last: OSError | None = None
         for family, socktype, proto, _, sockaddr in infos:
             sock = socket.socket(family, socktype, proto)
@@ -269,7 +269,7 @@ class _GuardedMixin:
                 continue
             sys.audit("http.client.connect", self, self.host, self.port)
             return sock
-        raise NewConnectionError(self, f"failed to connect: {last}") from last  # type: ignore[arg-type]
+        raise NewConnectionError(self, f"failed to connect: {last}") from last
 
 
 class _GuardedHTTPConnection(_GuardedMixin, HTTPConnection):

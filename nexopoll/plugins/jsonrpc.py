@@ -98,9 +98,16 @@ def error(msg_id: int | str | None, code: int, message: str) -> bytes:
 
 
 def tick_params(
-    *, tick_id: str, kind: str, job_id: str, agent_id: str, cursor: bytes | None,
-    config: Any, now: str, interval_hint_secs: int,
-) -> dict[str, Any]:  # fmt: skip
+    *,
+    tick_id: str,
+    kind: str,
+    job_id: str,
+    agent_id: str,
+    cursor: bytes | None,
+    config: Any,
+    now: str,
+    interval_hint_secs: int,
+) -> dict[str, Any]:
     return {
         "tick_id": tick_id,
         "kind": kind,
@@ -139,9 +146,10 @@ def decode(line: bytes) -> Message:
     has_result, has_error = "result" in doc, "error" in doc
     if has_result == has_error:
         raise ProtocolError(
-            "plugin reply has both result and error" if has_result
+            "plugin reply has both result and error"
+            if has_result
             else "plugin reply has neither result nor error"
-        )  # fmt: skip
+        )
     if msg_id is None:
         raise ProtocolError("plugin reply has no id")
     if has_error:

@@ -68,8 +68,10 @@ class LongLivedPlugin:
             self._reload_if_changed()
             if version is not None and version != self._version and self.proc is not None:
                 if self._version is not None:
-                    log.info("plugin.reload id=%s: pollers reload, stopping the old process",
-                             self.manifest.plugin_id)  # fmt: skip
+                    log.info(
+                        "plugin.reload id=%s: pollers reload, stopping the old process",
+                        self.manifest.plugin_id,
+                    )
                     self._stop_locked()
             if version is not None:
                 self._version = version
@@ -85,8 +87,12 @@ class LongLivedPlugin:
                 self.not_before = (proc.died_at or time.monotonic()) + delay
                 proc.stop(grace=0)
                 self.proc = None
-                log.warning("plugin.died id=%s failures=%s restart_in=%.1fs",
-                            self.manifest.plugin_id, self.failures, delay)  # fmt: skip
+                log.warning(
+                    "plugin.died id=%s failures=%s restart_in=%.1fs",
+                    self.manifest.plugin_id,
+                    self.failures,
+                    delay,
+                )
             wait = self.not_before - time.monotonic()
             if wait > 0:
                 raise TransientError(
@@ -115,8 +121,10 @@ class LongLivedPlugin:
             raise TransientError(
                 f"plugin {self.manifest.plugin_id}: its kinds or id changed; restart the workers"
             )
-        log.info("plugin.reload id=%s: manifest changed, stopping the old process",
-                 self.manifest.plugin_id)  # fmt: skip
+        log.info(
+            "plugin.reload id=%s: manifest changed, stopping the old process",
+            self.manifest.plugin_id,
+        )
         self._stop_locked()
         self.manifest, self.failures, self.not_before = new, 0, 0.0
 
@@ -158,8 +166,13 @@ class PluginPoller(Poller):
         if remaining is not None:
             timeout = min(timeout, remaining)
         deadline = time.monotonic() + timeout
-        sem = Semaphore(self._redis(), m.plugin_id, m.max_concurrent_ticks,
-                        int((m.tick_timeout_secs + 10) * 1000), _version_keys(m))  # fmt: skip
+        sem = Semaphore(
+            self._redis(),
+            m.plugin_id,
+            m.max_concurrent_ticks,
+            int((m.tick_timeout_secs + 10) * 1000),
+            _version_keys(m),
+        )
         token = sem.acquire(deadline, ctx.cancel)
         if token is None:
             raise TransientError(

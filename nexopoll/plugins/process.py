@@ -121,9 +121,10 @@ class PluginProcess:
         self.manifest = manifest
         self.limits = limits
         self.secrets: set[str] = {
-            environ[n] for n in env_refs(dict(manifest.env))
+            environ[n]
+            for n in env_refs(dict(manifest.env))
             if len(environ.get(n, "")) >= MIN_SECRET_CHARS
-        }  # fmt: skip
+        }
         env = child_env(manifest, environ, limits.env_allow)
         self._ids = itertools.count(1)
         self._pending: dict[Any, queue.Queue] = {}
@@ -142,10 +143,16 @@ class PluginProcess:
             )
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, cwd=manifest.directory, env=env, bufsize=0,
-                start_new_session=True, close_fds=True,
-            )  # fmt: skip
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=manifest.directory,
+                env=env,
+                bufsize=0,
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as exc:
             raise TransientError(f"plugin {manifest.plugin_id}: cannot start: {exc}") from None
         self.pid = self.proc.pid  # the launcher's: the leader of the plugin's process group
@@ -215,7 +222,7 @@ class PluginProcess:
     def _pump(self) -> None:
         """Read stdout lines and drain stderr until both reach EOF or the process is
         stopped (``_wake``): never blocked on a pipe that a stray process still holds."""
-        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()  # type: ignore[union-attr]
+        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
         sel = selectors.DefaultSelector()
         for fd in (out, err, self._wake_r):
             sel.register(fd, selectors.EVENT_READ)
@@ -252,7 +259,7 @@ class PluginProcess:
             sel.close()  # the wake pipe stays open: stop() closes it after joining
             for stream in (self.proc.stdout, self.proc.stderr):
                 try:
-                    stream and stream.close()  # type: ignore[func-returns-value]
+                    stream and stream.close()
                 except OSError:
                     pass
         if self._stop_reading.is_set():
@@ -331,7 +338,7 @@ class PluginProcess:
         grace = self.limits.stop_grace_secs if grace is None else grace
         try:
             with self._write_lock:
-                self.proc.stdin and self.proc.stdin.close()  # type: ignore[func-returns-value]
+                self.proc.stdin and self.proc.stdin.close()
         except OSError:
             pass
         try:
@@ -380,8 +387,11 @@ class _StderrDrain:
         now = time.monotonic()
         if now - self.window >= 1.0:
             if self.dropped:
-                log.warning("plugin.stderr id=%s: %s lines not logged (rate limit)",
-                            proc.manifest.plugin_id, self.dropped)  # fmt: skip
+                log.warning(
+                    "plugin.stderr id=%s: %s lines not logged (rate limit)",
+                    proc.manifest.plugin_id,
+                    self.dropped,
+                )
             self.window, self.budget, self.dropped = now, limits.stderr_lines_per_sec, 0
         for raw in lines:
             if self.budget <= 0:

@@ -48,9 +48,13 @@ def key(plugin_id: str) -> str:
 
 class Semaphore:
     def __init__(
-        self, client, plugin_id: str, limit: int, ttl_ms: int,
+        self,
+        client,
+        plugin_id: str,
+        limit: int,
+        ttl_ms: int,
         version_keys: str | Sequence[str] = (),
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.client = client
         self.key = key(plugin_id)
         keys = [version_keys] if isinstance(version_keys, str) else list(version_keys)

@@ -41,10 +41,15 @@ def run_tick(proc: PluginProcess, ctx: PollContext, timeout: float) -> TickAck:
     inbox = proc.register(tick_id)
     try:
         params = jsonrpc.tick_params(
-            tick_id=str(tick_id), kind=ctx.kind, job_id=ctx.job_id, agent_id=ctx.agent_id,
-            cursor=ctx.cursor, config=ctx.config, now=ctx.now.isoformat(),
+            tick_id=str(tick_id),
+            kind=ctx.kind,
+            job_id=ctx.job_id,
+            agent_id=ctx.agent_id,
+            cursor=ctx.cursor,
+            config=ctx.config,
+            now=ctx.now.isoformat(),
             interval_hint_secs=int(ctx.interval_hint.total_seconds()),
-        )  # fmt: skip
+        )
         proc.send(jsonrpc.request(tick_id, "poll_tick", params))
         deadline = time.monotonic() + timeout
         exited_at: float | None = None
@@ -103,8 +108,13 @@ def answer(proc: PluginProcess, msg: Message, ctx: PollContext) -> None:
     if msg.id is not None:
         proc.send(reply)
     elif error := json.loads(reply).get("error"):  # a notification: no reply carries it
-        log.warning("plugin.notification_refused plugin=%s job=%s method=%s: %s",
-                    proc.manifest.plugin_id, ctx.job_id, msg.method, error["message"])  # fmt: skip
+        log.warning(
+            "plugin.notification_refused plugin=%s job=%s method=%s: %s",
+            proc.manifest.plugin_id,
+            ctx.job_id,
+            msg.method,
+            error["message"],
+        )
 
 
 class _NoMethod(Exception):
@@ -121,8 +131,9 @@ def _call(proc: PluginProcess, method: str, p: dict[str, Any], host: Any) -> Any
         return creds
     if method == "log":  # refused (-32602) unless one clean line within the limits
         try:
-            level, message, fields = check_log(p.get("level", "info"), p["message"],
-                                               p.get("fields") or {})  # fmt: skip
+            level, message, fields = check_log(
+                p.get("level", "info"), p["message"], p.get("fields") or {}
+            )
         except ConfigError as exc:  # its text names the field, with the character escaped
             log.warning("plugin.log_refused id=%s: %s", proc.manifest.plugin_id, exc)
             raise

@@ -40,13 +40,27 @@ def rows(plugins_dir: str, taken: dict[str, str], redis: Any = None) -> list[dic
                 busy = int(redis.zcard(semaphore_key(m.plugin_id)))
             except Exception:
                 busy = None
-        out.append({
-            "id": m.plugin_id, "lifecycle": m.lifecycle, "kinds": list(m.kinds),
-            "max_concurrent_ticks": m.max_concurrent_ticks,
-            "tick_timeout_secs": m.tick_timeout_secs, "path": m.path,
-            "state": state, "duplicate_kinds": clash, "ticks_running": busy,
-        })  # fmt: skip
+        out.append(
+            {
+                "id": m.plugin_id,
+                "lifecycle": m.lifecycle,
+                "kinds": list(m.kinds),
+                "max_concurrent_ticks": m.max_concurrent_ticks,
+                "tick_timeout_secs": m.tick_timeout_secs,
+                "path": m.path,
+                "state": state,
+                "duplicate_kinds": clash,
+                "ticks_running": busy,
+            }
+        )
     for e in bad:
-        out.append({"id": None, "lifecycle": None, "kinds": [], "path": e.path,
-                    "state": "invalid: " + "; ".join(e.problems)})  # fmt: skip
+        out.append(
+            {
+                "id": None,
+                "lifecycle": None,
+                "kinds": [],
+                "path": e.path,
+                "state": "invalid: " + "; ".join(e.problems),
+            }
+        )
     return out

@@ -100,7 +100,6 @@ class NexopollScheduler(RedBeatScheduler):
         from django.conf import settings
         from django.db import close_old_connections
 
-
         # whatever happens, try again one period later rather than on every loop
         self._next_resync = time.monotonic() + settings.NEXOPOLL_RESYNC_SECS
         close_old_connections()
@@ -166,8 +165,10 @@ class NexopollScheduler(RedBeatScheduler):
             return text + ("" if schedule_kept else "; Redis lost the schedule too (flushed)")
         if not schedule_kept:
             return "Redis lost the lock and the schedule (flushed or restarted empty)"
-        return (f"the lock was gone {idle:.0f}s after its last refresh, before its "
-                f"{self.lock_timeout:.0f}s timeout (deleted, or Redis restarted)")  # fmt: skip
+        return (
+            f"the lock was gone {idle:.0f}s after its last refresh, before its "
+            f"{self.lock_timeout:.0f}s timeout (deleted, or Redis restarted)"
+        )
 
     def _hold_lock(self) -> bool:
         """Keep (or take) the beat lock; False while another beat holds it (standby)."""

@@ -57,7 +57,7 @@ class NexoSchedule(BaseSchedule):
     def __repr__(self) -> str:
         return f"<NexoSchedule {self.spec} +{self.offset_ms}ms>"
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self):
         return (self.__class__, (self.spec, self.offset_ms))
 
 
@@ -91,9 +91,14 @@ class NexoEntry(RedBeatSchedulerEntry):
 
     def save(self) -> NexoEntry:
         definition = {
-            "name": self.name, "task": self.task, "args": self.args, "kwargs": self.kwargs,
-            "options": self.options, "schedule": self.schedule, "enabled": self.enabled,
-        }  # fmt: skip
+            "name": self.name,
+            "task": self.task,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "options": self.options,
+            "schedule": self.schedule,
+            "enabled": self.enabled,
+        }
         meta = {"last_run_at": self.last_run_at}
         client = get_redis(self.app)
         with client.pipeline() as pipe:

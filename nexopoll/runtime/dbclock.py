@@ -75,7 +75,7 @@ def offset() -> timedelta:
             and abs(wall_minus_mono - _wall_minus_mono) < _JUMP_SECS
         )
         if fresh:
-            return _offset  # type: ignore[return-value]
+            return _offset
     measured = _measure()
     with _lock:
         if measured is None:  # keep the last offset; try again in RETRY_SECS, not per row

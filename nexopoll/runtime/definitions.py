@@ -202,8 +202,9 @@ def _start_loader() -> None:
         if _loader_failed and time.monotonic() - _loader_started_at < BACKGROUND_RETRY_SECS:
             return  # the last one failed just now (the DB is down?): single loads meanwhile
         _loader_started_at = time.monotonic()
-        _loader = threading.Thread(target=_load_in_background, name="nexopoll-definitions",
-                                   daemon=True)  # fmt: skip
+        _loader = threading.Thread(
+            target=_load_in_background, name="nexopoll-definitions", daemon=True
+        )
         _loader.start()
 
 
@@ -244,10 +245,19 @@ def forget() -> None:
 
 # The columns a definition is built from; read as plain values (no model instances).
 _COLUMNS = (
-    "job_id", "kind", "agent", "schedule", "jitter_ms", "config", "failure_to",
-    "breaker_threshold", "alert_cooldown_secs", "lease_ttl_factor", "definition_hash",
+    "job_id",
+    "kind",
+    "agent",
+    "schedule",
+    "jitter_ms",
+    "config",
+    "failure_to",
+    "breaker_threshold",
+    "alert_cooldown_secs",
+    "lease_ttl_factor",
+    "definition_hash",
     "host_limits",
-)  # fmt: skip
+)
 _CHUNK = 500  # job ids per query when loading chosen jobs
 
 
@@ -300,8 +310,20 @@ def _json(value: Any) -> Any:
 
 
 def _from_values(row: tuple, agents: dict[str, Any], schedules: dict[Any, Schedule]) -> JobDef:
-    (job_id, kind, agent, schedule, jitter_ms, config, failure_to, threshold, cooldown,
-     factor, definition_hash, host_limits) = row  # fmt: skip
+    (
+        job_id,
+        kind,
+        agent,
+        schedule,
+        jitter_ms,
+        config,
+        failure_to,
+        threshold,
+        cooldown,
+        factor,
+        definition_hash,
+        host_limits,
+    ) = row
     key = schedule if isinstance(schedule, str | bytes) else json.dumps(schedule, sort_keys=True)
     parsed = schedules.get(key)
     if parsed is None:  # schedules are immutable: 100,000 jobs share a handful
@@ -310,9 +332,18 @@ def _from_values(row: tuple, agents: dict[str, Any], schedules: dict[Any, Schedu
     # (5 µs a job); every field is given here, so filling __dict__ is the same object
     jd = object.__new__(JobDef)
     jd.__dict__.update(
-        job_id=job_id, kind=kind, agent=agent, schedule=parsed, jitter_ms=jitter_ms,
-        config=_json(config), failure_to=_json(failure_to), breaker_threshold=threshold,
-        alert_cooldown_secs=cooldown, lease_ttl_factor=factor, definition_hash=definition_hash,
-        agent_bindings=agents.get(agent, {}), host_limits=_json(host_limits),
-    )  # fmt: skip
+        job_id=job_id,
+        kind=kind,
+        agent=agent,
+        schedule=parsed,
+        jitter_ms=jitter_ms,
+        config=_json(config),
+        failure_to=_json(failure_to),
+        breaker_threshold=threshold,
+        alert_cooldown_secs=cooldown,
+        lease_ttl_factor=factor,
+        definition_hash=definition_hash,
+        agent_bindings=agents.get(agent, {}),
+        host_limits=_json(host_limits),
+    )
     return jd

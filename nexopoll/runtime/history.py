@@ -67,12 +67,20 @@ class TickEntry:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "n": self.n, "at": self.at.isoformat(), "status": self.status, "ms": self.ms,
-            "seen": self.seen, "dispatched": self.dispatched, "error": self.error,
-            "epoch": self.epoch, "reason": self.reason, "manual": self.manual,
-            "has_cursor": self.cursor_digest is not None, "repeats": self.repeats,
+            "n": self.n,
+            "at": self.at.isoformat(),
+            "status": self.status,
+            "ms": self.ms,
+            "seen": self.seen,
+            "dispatched": self.dispatched,
+            "error": self.error,
+            "epoch": self.epoch,
+            "reason": self.reason,
+            "manual": self.manual,
+            "has_cursor": self.cursor_digest is not None,
+            "repeats": self.repeats,
             "since": (self.since or self.at).isoformat(),
-        }  # fmt: skip
+        }
 
 
 def digest(cursor: bytes) -> str:
@@ -156,18 +164,25 @@ def record_many(client: redis.Redis, entries_: list[Entry], *, pipe: Any = None)
 
 def _queue(client: redis.Redis, pipe: Any, e: Entry, appends: list) -> None:
     entry: dict[str, Any] = {
-        "at": e.at.timestamp(), "status": e.status, "ms": e.ms, "seen": e.seen,
-        "dispatched": e.dispatched, "error": e.error[:_ERROR_CHARS], "epoch": e.epoch,
+        "at": e.at.timestamp(),
+        "status": e.status,
+        "ms": e.ms,
+        "seen": e.seen,
+        "dispatched": e.dispatched,
+        "error": e.error[:_ERROR_CHARS],
+        "epoch": e.epoch,
         "reason": e.reason[:_ERROR_CHARS],
-    }  # fmt: skip
+    }
     if e.manual:
         entry["manual"] = True
     if e.start_cursor is not None:
         d = entry["c"] = digest(e.start_cursor)
         pipe.hsetnx(cursors_key(e.job_id), d, base64.b64encode(e.start_cursor).decode())
     fold = e.reason if e.status == "skipped" and not e.manual and e.reason else ""
-    call = ([list_key(e.job_id), f"{list_key(e.job_id)}:n"],
-            [json.dumps(entry, separators=(",", ":")), HISTORY_LEN, fold])  # fmt: skip
+    call = (
+        [list_key(e.job_id), f"{list_key(e.job_id)}:n"],
+        [json.dumps(entry, separators=(",", ":")), HISTORY_LEN, fold],
+    )
     appends.append((len(pipe), *call))
     queue_script(client, pipe, _APPEND, *call)
     pipe.hlen(cursors_key(e.job_id))  # last: record_many reads it

@@ -173,7 +173,6 @@ class TickHost:
     def llm_invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         from django.conf import settings
 
-
         providers = llm.load_settings(settings.NEXOPOLL_CONFIG, self.env)
         return llm.invoke(request, settings=providers, env=self.env)
 

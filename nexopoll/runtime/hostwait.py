@@ -67,9 +67,19 @@ def record(client: Any, host: str, waited_s: float, *, job_id: str = "", cap: in
     ms = round(max(waited_s, 0.0) * 1000)
     note = json.dumps([host, round(time.time(), 3), ms, cap], separators=(",", ":"))
     try:
-        client.eval(_RECORD, 3, HOST_WAIT, HOSTS, JOBS, host[:255],
-                    settings.NEXOPOLL_METRICS_MAX_LABEL_VALUES,
-                    bucket(waited_s, WAIT_BUCKETS_S), ms, job_id, note)  # fmt: skip
+        client.eval(
+            _RECORD,
+            3,
+            HOST_WAIT,
+            HOSTS,
+            JOBS,
+            host[:255],
+            settings.NEXOPOLL_METRICS_MAX_LABEL_VALUES,
+            bucket(waited_s, WAIT_BUCKETS_S),
+            ms,
+            job_id,
+            note,
+        )
     except Exception as exc:
         log.warning("metrics.host_wait_not_recorded host=%s: %s", host, type(exc).__name__)
 

@@ -106,8 +106,12 @@ def invoke(request: dict[str, Any], *, settings: LlmSettings | None, env: Mappin
         reply = reply_from_json(json.loads(resp.body), provider.name)
     except ValueError as exc:
         raise TransientError(f"{where} sent a malformed reply: {str(exc)[:200]}") from None
-    log.info("llm.invoke provider=%s model=%s tokens=%s", provider.name, reply["model_id"],
-             reply["usage"]["total_tokens"])  # fmt: skip
+    log.info(
+        "llm.invoke provider=%s model=%s tokens=%s",
+        provider.name,
+        reply["model_id"],
+        reply["usage"]["total_tokens"],
+    )
     return reply
 
 

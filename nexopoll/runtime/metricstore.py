@@ -75,8 +75,18 @@ POLLER_VALUES = PREFIX + "poller_values"
 HOST_WAIT = PREFIX + "host_wait"  # written by runtime/hostwait.py, with these two:
 HOST_WAIT_HOSTS = PREFIX + "host_wait_hosts"
 HOST_WAIT_JOBS = PREFIX + "host_wait_jobs"
-ALL_KEYS = (TICKS, SEEN, DISPATCHED, LATENCY, TAKEOVERS, DELIVERIES, BEAT_LAG, POLLER,
-            POLLER_DROPPED, HOST_WAIT)  # fmt: skip
+ALL_KEYS = (
+    TICKS,
+    SEEN,
+    DISPATCHED,
+    LATENCY,
+    TAKEOVERS,
+    DELIVERIES,
+    BEAT_LAG,
+    POLLER,
+    POLLER_DROPPED,
+    HOST_WAIT,
+)
 
 #: ``poller_latency_ms`` bucket bounds (ms); index ``len(...)`` is +Inf
 LATENCY_BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1000, 5000, 30_000)
@@ -105,9 +115,16 @@ def tick_status(status: str) -> str:
 
 
 def queue_tick(
-    pipe: Any, job_id: str, *, status: str, ms: int | None, seen: int = 0, dispatched: int = 0,
-    takeover: bool = False, poller: Mapping[tuple[str, tuple], int] | None = None,
-) -> None:  # fmt: skip
+    pipe: Any,
+    job_id: str,
+    *,
+    status: str,
+    ms: int | None,
+    seen: int = 0,
+    dispatched: int = 0,
+    takeover: bool = False,
+    poller: Mapping[tuple[str, tuple], int] | None = None,
+) -> None:
     """Queue one tick's increments on ``pipe`` (the tick's own release pipeline)."""
     pipe.hincrby(TICKS, f"{job_id}{SEP}{tick_status(status)}", 1)
     pipe.hincrby(SEEN, job_id, int(seen))
@@ -185,8 +202,10 @@ def limits() -> tuple[int, int]:
     """``(values per label per job and metric, series per job)`` for a poller's own metrics."""
     from django.conf import settings
 
-    return (settings.NEXOPOLL_METRICS_MAX_LABEL_VALUES,
-            settings.NEXOPOLL_METRICS_MAX_SERIES_PER_JOB)  # fmt: skip
+    return (
+        settings.NEXOPOLL_METRICS_MAX_LABEL_VALUES,
+        settings.NEXOPOLL_METRICS_MAX_SERIES_PER_JOB,
+    )
 
 
 def queue_poller(pipe: Any, job_id: str, counts: Mapping[tuple[str, tuple], int]) -> None:
@@ -255,10 +274,15 @@ def tick_writer(report: Any) -> Any:
     def write(pipe: Any) -> None:
         try:
             queue_tick(
-                pipe, report.job_id, status=report.status, ms=report.latency_ms,
-                seen=report.items_seen, dispatched=report.items_dispatched,
-                takeover=report.takeover, poller=report.poller_metrics,
-            )  # fmt: skip
+                pipe,
+                report.job_id,
+                status=report.status,
+                ms=report.latency_ms,
+                seen=report.items_seen,
+                dispatched=report.items_dispatched,
+                takeover=report.takeover,
+                poller=report.poller_metrics,
+            )
         except Exception:
             log.warning("metrics.tick_not_recorded job=%s", report.job_id, exc_info=True)
 

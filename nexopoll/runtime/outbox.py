@@ -70,9 +70,11 @@ def _mark(batch: list[str], *, enqueued: bool) -> None:
         )
     except DatabaseError:
         log.warning(
-            "delivery.mark_enqueued_failed rows=%s enqueued=%s", len(batch), enqueued,
+            "delivery.mark_enqueued_failed rows=%s enqueued=%s",
+            len(batch),
+            enqueued,
             exc_info=True,
-        )  # fmt: skip
+        )
 
 
 def forget_sent(ids: list[str]) -> None:

@@ -106,8 +106,7 @@ def turn(
     if mine:  # this tick's earlier turns on the host end as this one is taken
         deferred[:] = [(k, t) for k, t in deferred if k != key]
     try:
-        while not take(keys=[key, key + ":s:"],
-                       args=[token, lease_ms, in_flight, per_sec, *mine]):  # fmt: skip
+        while not take(keys=[key, key + ":s:"], args=[token, lease_ms, in_flight, per_sec, *mine]):
             mine = []
             if waited_since is None:
                 waited_since = time.monotonic()
@@ -116,8 +115,9 @@ def turn(
             wait = min(wait * 2, _WAIT_MAX)
     finally:
         if waited_since is not None:  # granted, or the deadline ran out while waiting
-            hostwait.record(client, host, time.monotonic() - waited_since, job_id=job_id,
-                            cap=in_flight)  # fmt: skip
+            hostwait.record(
+                client, host, time.monotonic() - waited_since, job_id=job_id, cap=in_flight
+            )
     try:
         yield
     finally:

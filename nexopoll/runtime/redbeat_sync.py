@@ -201,9 +201,13 @@ def resync_from_db(
 
 
 def sync_jobs(
-    client: Any, *, upsert: Iterable[str], remove: Iterable[str], now: datetime,
+    client: Any,
+    *,
+    upsert: Iterable[str],
+    remove: Iterable[str],
+    now: datetime,
     progress: Callable[[str], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Apply a reload's changes to RedBeat right away (beat's resync covers a failure here)."""
     jobs = load_all(list(upsert))
     paused = paused_ids(j.job_id for j in jobs)
@@ -227,8 +231,11 @@ def pause_changed(job_ids: Iterable[str], *, now: datetime | None = None) -> Non
     try:
         sync_jobs(get_redis(), upsert=ids, remove=[], now=now or datetime.now(UTC))
     except Exception as exc:
-        log.warning("beat.pause_sync_failed jobs=%s: %s; beat's resync repairs it",
-                    len(ids), type(exc).__name__)  # fmt: skip
+        log.warning(
+            "beat.pause_sync_failed jobs=%s: %s; beat's resync repairs it",
+            len(ids),
+            type(exc).__name__,
+        )
 
 
 def park(client: Any, job_id: str) -> None:
@@ -249,12 +256,18 @@ def fingerprint(client: Any) -> tuple:
     """
     db = PollJob.objects.aggregate(n=Count("job_id"), last=Max("updated_at"))
     paused = PollState.objects.filter(paused=True).count()
-    return (db["n"], db["last"], paused, client.hlen(keys.hashes_key()),
-            client.zcard(keys.schedule_key()))  # fmt: skip
+    return (
+        db["n"],
+        db["last"],
+        paused,
+        client.hlen(keys.hashes_key()),
+        client.zcard(keys.schedule_key()),
+    )
 
 
 def move_entry(client: Any, job_id: str, at: datetime, *, later_only: bool = False) -> None:
     """Move the job's RedBeat slot to ``at`` (``later_only``: only if that is later); an
     entry that is not there (parked, removed) stays away."""
-    client.zadd(keys.schedule_key(), {keys.entry_key(job_id): at.timestamp()}, xx=True,
-                gt=later_only)  # fmt: skip
+    client.zadd(
+        keys.schedule_key(), {keys.entry_key(job_id): at.timestamp()}, xx=True, gt=later_only
+    )

@@ -126,6 +126,7 @@ def plugin_options() -> Options:
 def _redis():
     return get_redis()
 
+
 def builtin_sources() -> dict[str, str]:
     """The kinds registered without plugins (built-ins, entry points,
     ``NEXOPOLL_EXTRA_POLLERS``) and where each comes from: what a plugin may not claim."""

@@ -30,10 +30,20 @@ from ..models import Delivery
 from .redbeat_sync import pause_changed
 
 STATE_COLUMNS = (
-    "epoch", "definition_hash", "cursor", "paused", "consecutive_errors", "breaker_open_until",
-    "breaker_trips", "breaker_trial_at", "running_since", "crash_count", "last_failure_alert_at",
-    "alert_active", "last_latency_ms",
-)  # fmt: skip
+    "epoch",
+    "definition_hash",
+    "cursor",
+    "paused",
+    "consecutive_errors",
+    "breaker_open_until",
+    "breaker_trips",
+    "breaker_trial_at",
+    "running_since",
+    "crash_count",
+    "last_failure_alert_at",
+    "alert_active",
+    "last_latency_ms",
+)
 _DATETIMES = {"breaker_open_until", "breaker_trial_at", "running_since", "last_failure_alert_at"}
 _SELECT = f"SELECT {', '.join(STATE_COLUMNS)} FROM poll_state WHERE job_id = %s"
 
@@ -245,15 +255,20 @@ def write_state(changes: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
             for start in range(0, len(rows), _WRITE_ROWS):
                 cur.executemany(sql, rows[start : start + _WRITE_ROWS])
     if pausing:
-
         transaction.on_commit(lambda: pause_changed(pausing))
 
 
 _WRITE_ROWS = 5000  # rows per executemany
 _WRITABLE = {
-    *STATE_COLUMNS, "paused_reason", "paused_by", "last_error", "updated_at", "next_run_at",
-    "notice", "notice_at",
-} - {"epoch"}  # fmt: skip
+    *STATE_COLUMNS,
+    "paused_reason",
+    "paused_by",
+    "last_error",
+    "updated_at",
+    "next_run_at",
+    "notice",
+    "notice_at",
+} - {"epoch"}
 
 
 # --- DB errors ----------------------------------------------------------------

@@ -128,4 +128,4 @@ __all__ = [
     "tick_history",
     "tick_view",
     "write_state",
-]  # fmt: skip
+]

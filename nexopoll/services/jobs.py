@@ -23,11 +23,19 @@ log = logging.getLogger("nexopoll.services")
 
 #: what a reset clears (the pause flag is left as is)
 RESET = {
-    "cursor": None, "consecutive_errors": 0, "breaker_open_until": None,
-    "breaker_trips": 0, "breaker_trial_at": None, "running_since": None, "crash_count": 0,
-    "last_error": "", "alert_active": False, "last_failure_alert_at": None,
-    "notice": "", "notice_at": None,
-}  # fmt: skip
+    "cursor": None,
+    "consecutive_errors": 0,
+    "breaker_open_until": None,
+    "breaker_trips": 0,
+    "breaker_trial_at": None,
+    "running_since": None,
+    "crash_count": 0,
+    "last_error": "",
+    "alert_active": False,
+    "last_failure_alert_at": None,
+    "notice": "",
+    "notice_at": None,
+}
 
 
 # --- the one way a verb writes job state ----------------------------------------------
@@ -60,10 +68,16 @@ class Page:
 
 
 def query_jobs(
-    *, now: datetime, kind: str | None = None, agent: str | None = None,
-    paused: bool | None = None, status: str | None = None, after: str | None = None,
-    limit: int | None = None, scope: Any = None,
-) -> Page:  # fmt: skip
+    *,
+    now: datetime,
+    kind: str | None = None,
+    agent: str | None = None,
+    paused: bool | None = None,
+    status: str | None = None,
+    after: str | None = None,
+    limit: int | None = None,
+    scope: Any = None,
+) -> Page:
     """Jobs by id, filtered, one page (``limit``; None: all) after job id ``after``, in two
     indexed queries (jobs, then their states), masked. ``status`` ``never``: never ran.
     ``scope`` is a ``PollJob`` queryset to start from (the LLM tools' agent scope)."""

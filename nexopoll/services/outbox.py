@@ -27,16 +27,30 @@ MAX_LIMIT = 10_000
 
 def delivery_view(row: Any) -> dict[str, Any]:
     """One outbox row for operators (the payload is left out; errors are stored masked)."""
-    view = {f: getattr(row, f) for f in ("job_id", "agent", "purpose", "channel", "recipient",
-                                        "status", "attempts", "last_error")}  # fmt: skip
+    view = {
+        f: getattr(row, f)
+        for f in (
+            "job_id",
+            "agent",
+            "purpose",
+            "channel",
+            "recipient",
+            "status",
+            "attempts",
+            "last_error",
+        )
+    }
     view.update({f: getattr(row, f) and getattr(row, f).isoformat() for f in DELIVERY_TIMES})
     return {"id": str(row.id), **view}
 
 
 def query_deliveries(
-    *, status: str | None = None, job_id: str | None = None, after: str | None = None,
+    *,
+    status: str | None = None,
+    job_id: str | None = None,
+    after: str | None = None,
     limit: int = 50,
-) -> Page:  # fmt: skip
+) -> Page:
     """Outbox rows, newest first, filtered by status and job, one page of at most
     ``limit`` (≤ 10,000) after the row ``after`` (a delivery id), masked.
 
@@ -77,9 +91,14 @@ def list_deliveries(
 
 
 def redeliver(
-    ids: list[str] | None = None, *, job_id: str | None = None, dead: bool = False,
-    held: bool = False, force: bool = False, now: datetime,
-) -> list[str]:  # fmt: skip
+    ids: list[str] | None = None,
+    *,
+    job_id: str | None = None,
+    dead: bool = False,
+    held: bool = False,
+    force: bool = False,
+    now: datetime,
+) -> list[str]:
     """Move rows back to pending with their attempts reset, due now, and queue them.
 
     Either explicit ``ids`` (dead, held or pending rows; a ``sent`` row only with
@@ -93,8 +112,11 @@ def redeliver(
     allowed = ["dead", "held", "pending"] + (["sent"] if force else [])
     if ids:
         parsed = {i: _uuid_text(i) for i in ids}
-        rows = dict(Delivery.objects.filter(id__in={u for u in parsed.values() if u})
-                    .values_list("id", "status"))  # fmt: skip
+        rows = dict(
+            Delivery.objects.filter(id__in={u for u in parsed.values() if u}).values_list(
+                "id", "status"
+            )
+        )
         rows = {str(k): v for k, v in rows.items()}
         unknown = sorted(i for i, u in parsed.items() if u not in rows)
         if unknown:
@@ -107,8 +129,10 @@ def redeliver(
         allowed = (["dead"] if dead else []) + (["held"] if held else [])
         if not allowed:
             raise BadRequest("--job needs --dead and/or --held")
-        if not (PollJob.objects.filter(job_id=job_id).exists()
-                or Delivery.objects.filter(job_id=job_id).exists()):  # fmt: skip
+        if not (
+            PollJob.objects.filter(job_id=job_id).exists()
+            or Delivery.objects.filter(job_id=job_id).exists()
+        ):
             raise UnknownJob(str(job_id))
         selected = Delivery.objects.filter(job_id=job_id, status__in=allowed)
     with transaction.atomic():
@@ -122,9 +146,13 @@ def redeliver(
             except Exception as exc:
                 raise RedeliverRefused(f"cannot send again: {type(exc).__name__}: {exc}") from exc
         Delivery.objects.filter(live_claim(), id__in=chosen, status__in=allowed).update(
-            status="pending", attempts=0, next_attempt_at=dbclock.to_db(now), claimed_until=None,
-            enqueued_at=None, sent_at=None,
-        )  # fmt: skip
+            status="pending",
+            attempts=0,
+            next_attempt_at=dbclock.to_db(now),
+            claimed_until=None,
+            enqueued_at=None,
+            sent_at=None,
+        )
         transaction.on_commit(lambda: outbox.enqueue(chosen))
     log.info("delivery.redeliver rows=%s job=%s force=%s", len(chosen), job_id, force)
     return chosen

@@ -48,11 +48,17 @@ class ReloadResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "add": self.add, "replace": self.replace, "remove": self.remove, "keep": self.keep,
-            "kept_invalid": self.kept_invalid, "resumed": self.resumed, "issues": self.issues,
+            "add": self.add,
+            "replace": self.replace,
+            "remove": self.remove,
+            "keep": self.keep,
+            "kept_invalid": self.kept_invalid,
+            "resumed": self.resumed,
+            "issues": self.issues,
             "applied": self.applied,
-            "source": self.source, "warnings": self.warnings,
-        }  # fmt: skip
+            "source": self.source,
+            "warnings": self.warnings,
+        }
 
 
 def config_path() -> Path:
@@ -89,9 +95,13 @@ def _globals(loaded: LoadedConfig) -> dict[str, Any]:
 
 
 def reload_config(
-    *, now: datetime, dry_run: bool = False, strict: bool = False, path: Path | None = None,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    strict: bool = False,
+    path: Path | None = None,
     progress: Callable[[str], None] | None = None,
-) -> ReloadResult:  # fmt: skip
+) -> ReloadResult:
     """Validate every job, then apply ``{add, replace, remove, keep}`` in one transaction.
 
     A job whose new definition is invalid keeps its last good one (``kept_invalid``).
@@ -127,12 +137,15 @@ def reload_config(
         errored = PollState.objects.filter(job_id__in=res.replace, paused=True, paused_by="error")
         res.resumed = sorted(errored.values_list("job_id", flat=True))
         return res
-    say(f"writing: {len(res.add)} to add, {len(res.replace)} to replace, "
-        f"{len(res.remove)} to remove, {len(res.keep)} unchanged")  # fmt: skip
+    say(
+        f"writing: {len(res.add)} to add, {len(res.replace)} to replace, "
+        f"{len(res.remove)} to remove, {len(res.keep)} unchanged"
+    )
     with transaction.atomic():
         _apply_agents(loaded, keep_for=res.kept_invalid)
-        reloadwrite.write_jobs(desired, glob, add=res.add, replace=res.replace, now=now,
-                               progress=say)  # fmt: skip
+        reloadwrite.write_jobs(
+            desired, glob, add=res.add, replace=res.replace, now=now, progress=say
+        )
         res.resumed = reloadwrite.resume_fixed(res.replace)
         reloadwrite.delete(PollJob, res.remove)
         write_state((i, {"definition_hash": ""}) for i in res.remove)
@@ -193,9 +206,12 @@ def _bump_kinds(kinds: set[str]) -> None:
 
 
 def _sync_redbeat(
-    upsert: list[str], remove: list[str], *, now: datetime,
+    upsert: list[str],
+    remove: list[str],
+    *,
+    now: datetime,
     progress: Callable[[str], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     try:
         sync_jobs(get_redis(), upsert=upsert, remove=remove, now=now, progress=progress)
     except Exception as exc:

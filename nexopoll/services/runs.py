@@ -51,18 +51,35 @@ def outcome_of(job_id: str, *, dry_run: bool = False, force: bool = False) -> di
     try:
         report = run_job(job_id, now=timezone.now(), dry_run=dry_run, force=force)
     except JobPaused as exc:
-        return {"outcome": "paused", "status": "paused", "error": str(exc),
-                "dry_run": dry_run, "items_seen": 0, "items_dispatched": 0, "deliveries": 0,
-                "committed": False}  # fmt: skip
+        return {
+            "outcome": "paused",
+            "status": "paused",
+            "error": str(exc),
+            "dry_run": dry_run,
+            "items_seen": 0,
+            "items_dispatched": 0,
+            "deliveries": 0,
+            "committed": False,
+        }
     except UnknownJob as exc:
-        return {"outcome": "unknown_job", "status": "unknown", "error": str(exc),
-                "dry_run": dry_run, "committed": False}  # fmt: skip
+        return {
+            "outcome": "unknown_job",
+            "status": "unknown",
+            "error": str(exc),
+            "dry_run": dry_run,
+            "committed": False,
+        }
     out = {
-        "outcome": "done", "status": report.status, "items_seen": report.items_seen,
-        "items_dispatched": report.items_dispatched, "error": report.error,
-        "deliveries": len(report.delivery_ids), "committed": report.committed,
-        "dry_run": dry_run, "tick": tick_view(report, dry_run=dry_run),
-    }  # fmt: skip
+        "outcome": "done",
+        "status": report.status,
+        "items_seen": report.items_seen,
+        "items_dispatched": report.items_dispatched,
+        "error": report.error,
+        "deliveries": len(report.delivery_ids),
+        "committed": report.committed,
+        "dry_run": dry_run,
+        "tick": tick_view(report, dry_run=dry_run),
+    }
     return redact(out, [job_id])
 
 
@@ -74,12 +91,15 @@ def start(job_id: str, *, dry_run: bool = False, force: bool = False) -> str:
         QueueUnavailable: the broker did not take the message.
     """
     from nexopoll.celery import app
+
     require_job(job_id)
     try:
         result = app.send_task(
-            RUN_NOW_TASK, args=[job_id], kwargs={"dry_run": dry_run, "force": force},
+            RUN_NOW_TASK,
+            args=[job_id],
+            kwargs={"dry_run": dry_run, "force": force},
             headers={"periodic_task_name": job_id},
-        )  # fmt: skip
+        )
     except Exception as exc:
         log.warning("job.run_not_queued job=%s: %s", job_id, type(exc).__name__)
         raise QueueUnavailable("the run could not be queued: the broker is unreachable") from exc
@@ -112,8 +132,12 @@ def _outcome(state: str, value: Any) -> dict[str, Any]:
     if state == "SUCCESS" and isinstance(value, dict):
         return value
     kind = type(value).__name__ if isinstance(value, BaseException) else state
-    return {"outcome": "failed", "status": "failed", "committed": False,
-            "error": f"the run failed on the worker ({kind}); see the worker's log"}  # fmt: skip
+    return {
+        "outcome": "failed",
+        "status": "failed",
+        "committed": False,
+        "error": f"the run failed on the worker ({kind}); see the worker's log",
+    }
 
 
 def status(job_id: str, task_id: str) -> RunStatus | None:

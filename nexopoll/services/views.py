@@ -24,10 +24,23 @@ from nexopoll.runtime import definitions
 from .masking import masked, masked_for_ids, redact_tree, secrets_for
 
 __all__ = [
-    "CursorView", "breaker_label", "cursor_pretty", "cursor_text", "cursor_view",
-    "definition_source", "definition_yaml", "job_view", "masked", "masked_for_ids",
-    "next_run", "redact", "redact_tree", "secrets_for", "summary", "tick_view",
-]  # fmt: skip
+    "CursorView",
+    "breaker_label",
+    "cursor_pretty",
+    "cursor_text",
+    "cursor_view",
+    "definition_source",
+    "definition_yaml",
+    "job_view",
+    "masked",
+    "masked_for_ids",
+    "next_run",
+    "redact",
+    "redact_tree",
+    "secrets_for",
+    "summary",
+    "tick_view",
+]
 
 
 # --- redaction ------------------------------------------------------------------------
@@ -85,14 +98,22 @@ def cursor_pretty(cursor: bytes | memoryview | None) -> tuple[str, str]:
 def tick_view(report: Any, *, dry_run: bool) -> dict[str, Any]:
     """A ``TickReport`` as JSON-ready data (not masked: the caller knows the job)."""
     return {
-        "job_id": report.job_id, "status": report.status, "reason": report.reason,
-        "error": report.error, "epoch": report.epoch, "items_seen": report.items_seen,
-        "items_dispatched": report.items_dispatched, "committed": report.committed,
-        "dry_run": dry_run, "next_cursor": cursor_text(report.next_cursor),
-        "deliveries": [{"channel": d.channel, "to": d.recipient, "purpose": d.purpose,
-                        "payload": d.payload} for d in report.deliveries],
+        "job_id": report.job_id,
+        "status": report.status,
+        "reason": report.reason,
+        "error": report.error,
+        "epoch": report.epoch,
+        "items_seen": report.items_seen,
+        "items_dispatched": report.items_dispatched,
+        "committed": report.committed,
+        "dry_run": dry_run,
+        "next_cursor": cursor_text(report.next_cursor),
+        "deliveries": [
+            {"channel": d.channel, "to": d.recipient, "purpose": d.purpose, "payload": d.payload}
+            for d in report.deliveries
+        ],
         "delivery_ids": [str(i) for i in report.delivery_ids],
-    }  # fmt: skip
+    }
 
 
 # --- a job ----------------------------------------------------------------------------
@@ -105,24 +126,32 @@ def job_view(job: PollJob, state: PollState | None, *, now: datetime) -> dict[st
     jd = definitions.from_row(job, {})
     nxt = next_run(job, state, now=now, jd=jd)
     view: dict[str, Any] = {
-        "id": job.job_id, "kind": job.kind, "agent": job.agent, "schedule": job.schedule,
+        "id": job.job_id,
+        "kind": job.kind,
+        "agent": job.agent,
+        "schedule": job.schedule,
         "stagger_ms": int(jd.offset.total_seconds() * 1000),
         "failure_to": job.failure_to,
         "next_slot_at": nxt.isoformat() if nxt else None,
-    }  # fmt: skip
+    }
     if state is not None:
         view.update(
-            paused=state.paused, paused_reason=state.paused_reason, paused_by=state.paused_by,
-            status=state.last_status or "never", last_error=state.last_error,
+            paused=state.paused,
+            paused_reason=state.paused_reason,
+            paused_by=state.paused_by,
+            status=state.last_status or "never",
+            last_error=state.last_error,
             notice=state.notice or None,
             notice_at=state.notice_at.isoformat() if state.notice_at else None,
             consecutive_errors=state.consecutive_errors,
-            breaker=breaker_label(state.breaker_open_until, now), epoch=state.epoch,
+            breaker=breaker_label(state.breaker_open_until, now),
+            epoch=state.epoch,
             last_run_at=state.last_run_at.isoformat() if state.last_run_at else None,
             next_run_at=view["next_slot_at"],
-            ticks_total=state.ticks_total, items_seen_total=state.items_seen_total,
+            ticks_total=state.ticks_total,
+            items_seen_total=state.items_seen_total,
             items_dispatched_total=state.items_dispatched_total,
-        )  # fmt: skip
+        )
     return view
 
 

@@ -70,14 +70,28 @@ def test_jobs_list_query_count_is_bounded_at_10000_jobs(cfg, operator):
     # 10,000 rows written directly (a YAML of that size is the scale issue's business)
     now = timezone.now()
     PollJob.objects.bulk_create(
-        [PollJob(job_id=f"job{i:05d}", kind="scripted", agent="ana", schedule={"every_secs": 60},
-                 config={}, definition_hash="h", created_at=now, updated_at=now)
-         for i in range(10_000)], batch_size=1000,
-    )  # fmt: skip
+        [
+            PollJob(
+                job_id=f"job{i:05d}",
+                kind="scripted",
+                agent="ana",
+                schedule={"every_secs": 60},
+                config={},
+                definition_hash="h",
+                created_at=now,
+                updated_at=now,
+            )
+            for i in range(10_000)
+        ],
+        batch_size=1000,
+    )
     PollState.objects.bulk_create(
-        [PollState(job_id=f"job{i:05d}", definition_hash="h", last_status="ok", last_run_at=now)
-         for i in range(10_000)], batch_size=1000,
-    )  # fmt: skip
+        [
+            PollState(job_id=f"job{i:05d}", definition_hash="h", last_status="ok", last_run_at=now)
+            for i in range(10_000)
+        ],
+        batch_size=1000,
+    )
     client = login(operator)
     client.get(JOBS)  # warm the session and content types
     with CaptureQueriesContext(connection) as ctx:
@@ -142,11 +156,7 @@ def test_csrf_stays_on(cfg, operator):
 
 def test_job_page_shows_definition_cursor_history_preview_deliveries(cfg, redis_client, operator):
     cfg.write(
-        [
-            scripted(
-                A, config={"deliver": {"channel": "log", "to": "ops"}, "note": "${NOTE_TOKEN}"}
-            )
-        ]
+        [scripted(A, config={"deliver": {"channel": "log", "to": "ops"}, "note": "${NOTE_TOKEN}"})]
     )
     import os
 
@@ -173,8 +183,9 @@ def test_job_page_shows_definition_cursor_history_preview_deliveries(cfg, redis_
     assert Delivery.objects.filter(job_id=A).count() == 1 and "log" in page
 
 
-def test_dry_run_page_shows_deliveries_and_commits_nothing(cfg, redis_client, operator,
-                                                           start_worker):  # fmt: skip
+def test_dry_run_page_shows_deliveries_and_commits_nothing(
+    cfg, redis_client, operator, start_worker
+):
     start_worker()  # the dry run polls on a worker, never in the web process
     cfg.write([scripted(A)])
     cfg.reload()
@@ -188,16 +199,26 @@ def test_dry_run_page_shows_deliveries_and_commits_nothing(cfg, redis_client, op
 def test_redeliver_dead_rows_only(cfg, operator, redis_client):
     now = timezone.now()
     rows = [
-        Delivery.objects.create(job_id=A, agent="ana", epoch=1, channel="log", recipient="ops",
-                                payload={"text": s}, status=s, next_attempt_at=now, created_at=now,
-                                attempts=8)
+        Delivery.objects.create(
+            job_id=A,
+            agent="ana",
+            epoch=1,
+            channel="log",
+            recipient="ops",
+            payload={"text": s},
+            status=s,
+            next_attempt_at=now,
+            created_at=now,
+            attempts=8,
+        )
         for s in ("dead", "sent")
-    ]  # fmt: skip
+    ]
     client = login(operator)
     page = client.post(
         "/admin/admin_ext/outboxrow/",
-        {"action": "redeliver", "_selected_action": [str(r.id) for r in rows]}, follow=True,
-    ).content.decode()  # fmt: skip
+        {"action": "redeliver", "_selected_action": [str(r.id) for r in rows]},
+        follow=True,
+    ).content.decode()
     assert "Re-queued 1 row(s)" in page and "Skipped 1 row(s)" in page
     dead, sent = (Delivery.objects.get(id=r.id) for r in rows)
     assert dead.status == "pending" and dead.attempts == 0 and dead.id == rows[0].id
@@ -230,9 +251,18 @@ def test_index_shows_the_summary(cfg, redis_client, operator):
     cfg.write([scripted(A), scripted(B, paused_on_boot=True)])
     cfg.reload()
     now = timezone.now()
-    Delivery.objects.create(id=uuid.uuid4(), job_id=A, agent="ana", epoch=1, channel="log",
-                            recipient="ops", payload={}, status="dead", next_attempt_at=now,
-                            created_at=now)  # fmt: skip
+    Delivery.objects.create(
+        id=uuid.uuid4(),
+        job_id=A,
+        agent="ana",
+        epoch=1,
+        channel="log",
+        recipient="ops",
+        payload={},
+        status="dead",
+        next_attempt_at=now,
+        created_at=now,
+    )
     page = login(operator).get("/admin/").content.decode()
     summary = page[page.index('id="nexopoll-summary"') :]
     assert re.search(r"<strong>2</strong>jobs", summary)

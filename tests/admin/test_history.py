@@ -137,9 +137,23 @@ def test_cli_list_names_the_time_zone_and_help_lists_every_verb(cfg, capsys):
 
     helptext = subprocess.run(
         [sys.executable, "-c", "from nexopoll.cli import main; main(['--help'])"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    ).stdout  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert helptext.startswith("usage: nexopoll ")
-    for verb in ("list", "show", "run", "pause", "resume", "reset", "reload", "check",
-                 "preview", "history", "rewind"):  # fmt: skip
+    for verb in (
+        "list",
+        "show",
+        "run",
+        "pause",
+        "resume",
+        "reset",
+        "reload",
+        "check",
+        "preview",
+        "history",
+        "rewind",
+    ):
         assert re.search(rf"^\s+{verb}\s+\S", helptext, re.M), verb

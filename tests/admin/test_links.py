@@ -25,7 +25,7 @@ OTHER = "x-0.y_z9"
 class Page(HTMLParser):
     """The links (href, text, attributes) and forms (action, fields) of one response."""
 
-    def __init__(self, response) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, response) -> None:
         super().__init__()
         assert response.status_code == 200, response.status_code
         self.url = response.wsgi_request.path
@@ -36,7 +36,7 @@ class Page(HTMLParser):
         self._text = ""
         self.feed(self.html)
 
-    def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+    def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "a" and "href" in a:
             self._a, self._text = a, ""
@@ -45,11 +45,11 @@ class Page(HTMLParser):
         elif tag == "input" and self.forms and a.get("name") and a.get("type") != "submit":
             self.forms[-1][1][a["name"]] = a.get("value") or ""
 
-    def handle_data(self, data):  # type: ignore[no-untyped-def]
+    def handle_data(self, data):
         if self._a is not None:
             self._text += data
 
-    def handle_endtag(self, tag):  # type: ignore[no-untyped-def]
+    def handle_endtag(self, tag):
         if tag == "a" and self._a is not None:
             self.links.append((self._a["href"], self._text.strip(), self._a))
             self._a = None
@@ -149,19 +149,31 @@ def test_deliveries_by_their_links_newest_first(cfg, redis_client, operator):
 def test_whole_outbox_is_newest_first(cfg, operator):
     now = timezone.now()
     made = [
-        Delivery.objects.create(id=uuid.uuid4(), job_id=OTHER, agent="ana", epoch=1,
-                                channel="log", recipient="ops", payload={}, status="dead",
-                                next_attempt_at=now, created_at=now - timedelta(minutes=m))
+        Delivery.objects.create(
+            id=uuid.uuid4(),
+            job_id=OTHER,
+            agent="ana",
+            epoch=1,
+            channel="log",
+            recipient="ops",
+            payload={},
+            status="dead",
+            next_attempt_at=now,
+            created_at=now - timedelta(minutes=m),
+        )
         for m in (30, 10, 20)
-    ]  # fmt: skip
+    ]
     client = Client()
     client.force_login(operator)
     index = get(client, "/admin/")
     listing = get(client, index.link("Deliveries"))
     shown = re.findall(r'<code class="np-id" title="([^"]+)">', listing.html)
     assert shown == [str(d.id) for d in sorted(made, key=lambda d: d.created_at, reverse=True)]
-    created = re.findall(r'<td class="field-created_col"><span class="np-time" title="([^"]+)">'
-                         r"([^<]+)</span>", listing.html)  # fmt: skip
+    created = re.findall(
+        r'<td class="field-created_col"><span class="np-time" title="([^"]+)">'
+        r"([^<]+)</span>",
+        listing.html,
+    )
     assert [cell for _, cell in created] == [
         d.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         for d in sorted(made, key=lambda d: d.created_at, reverse=True)
@@ -179,16 +191,17 @@ def test_action_messages_name_the_jobs_and_stay_bounded(cfg, operator):
     client = Client()
     client.force_login(operator)
     jobs = get(client, get(client, "/admin/").link("Jobs"))
-    one = Page(client.post(jobs.url, {"action": "pause", "_selected_action": [ids[7]]},
-                           follow=True))  # fmt: skip
+    one = Page(
+        client.post(jobs.url, {"action": "pause", "_selected_action": [ids[7]]}, follow=True)
+    )
     assert f"Paused {ids[7]}." in one.html and "job(s)" not in one.html
     many = Page(client.post(jobs.url, {"action": "resume", "_selected_action": ids}, follow=True))
     assert f"Resumed {ids[0]}, {ids[1]}, {ids[2]} and 47 more." in many.html
-    paused = Page(client.post(jobs.url, {"action": "pause", "_selected_action": ids[:3]},
-                              follow=True))  # fmt: skip
+    paused = Page(
+        client.post(jobs.url, {"action": "pause", "_selected_action": ids[:3]}, follow=True)
+    )
     assert f"Paused {ids[0]}, {ids[1]}, {ids[2]}." in paused.html
-    runs = Page(client.post(jobs.url, {"action": "run_now", "_selected_action": ids},
-                            follow=True))  # fmt: skip
+    runs = Page(client.post(jobs.url, {"action": "run_now", "_selected_action": ids}, follow=True))
     assert f"Runs queued for {ids[0]}, {ids[1]}, {ids[2]} and 47 more;" in runs.html
     assert runs.html.count('class="success"') == 1
 
@@ -199,9 +212,12 @@ def test_paused_column_is_green_when_running_and_red_when_paused(cfg, operator):
     client = Client()
     client.force_login(operator)
     jobs = get(client, get(client, "/admin/").link("Jobs"))
-    cells = dict(re.findall(
-        r'name="_selected_action" value="([^"]+)".*?<td class="field-paused_col">(.*?)</td>',
-        jobs.html, re.S,
-    ))  # fmt: skip
+    cells = dict(
+        re.findall(
+            r'name="_selected_action" value="([^"]+)".*?<td class="field-paused_col">(.*?)</td>',
+            jobs.html,
+            re.S,
+        )
+    )
     assert "np-running" in cells[FEED] and "icon-no" not in cells[FEED]
     assert "np-paused" in cells[OTHER] and "icon-yes" not in cells[OTHER]

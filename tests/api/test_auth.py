@@ -96,8 +96,12 @@ def test_session_with_csrf_and_the_operate_permission_acts(jobs):
     r = c.post("/api/pollers/alpha/pause", content_type="application/json", HTTP_X_CSRFTOKEN=token)
     assert r.status_code == 200 and PollState.objects.get(job_id="alpha").paused
     # applying a reload needs its own permission
-    r = c.post("/api/pollers/reload", data={"dry_run": False}, content_type="application/json",
-               HTTP_X_CSRFTOKEN=token)  # fmt: skip
+    r = c.post(
+        "/api/pollers/reload",
+        data={"dry_run": False},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token,
+    )
     assert "reload_config" in error(r, 403)
 
 
@@ -139,6 +143,5 @@ def test_rate_limit_per_client(api, jobs, settings):
     assert login(staff("v", "admin_ext.view_job")).get("/api/pollers").status_code == 200
     # failed logins are counted against the address, and stopped too
     c = Client()
-    codes = [c.get("/api/pollers", HTTP_AUTHORIZATION="Bearer guess").status_code
-             for _ in range(5)]  # fmt: skip
+    codes = [c.get("/api/pollers", HTTP_AUTHORIZATION="Bearer guess").status_code for _ in range(5)]
     assert codes[:3] == [401, 401, 401] and codes[-1] == 429

@@ -15,10 +15,18 @@ from .test_pollers_api import error
 def row(status: str, minutes_ago: int, job_id: str = "alpha") -> Delivery:
     at = timezone.now() - timedelta(minutes=minutes_ago)
     return Delivery.objects.create(
-        job_id=job_id, agent="ana", epoch=1, channel="log", recipient="ops",
-        payload={"text": "x"}, status=status, attempts=3, next_attempt_at=at, created_at=at,
+        job_id=job_id,
+        agent="ana",
+        epoch=1,
+        channel="log",
+        recipient="ops",
+        payload={"text": "x"},
+        status=status,
+        attempts=3,
+        next_attempt_at=at,
+        created_at=at,
         last_error="boom" if status == "dead" else "",
-    )  # fmt: skip
+    )
 
 
 def test_list_filters_and_pages_newest_first(api, jobs):

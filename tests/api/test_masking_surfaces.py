@@ -31,13 +31,30 @@ def closed_port() -> int:
 
 def jobs() -> list[dict]:
     return [
-        {"id": "blog", "kind": "rss", "agent": "ana", "schedule": {"every_secs": 60},
-         "config": {"feed_url": "${FEED_BASE}/blog.xml",
-                    "deliver": {"channel": "log", "to": "ops"}}},
-        {"id": "hook", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
-         "config": {"url": "${HOOK_URL}", "items_path": "items", "message_template": "{title}",
-                    "deliver": {"channel": "log", "to": "ops"}, "allow_private_networks": True}},
-    ]  # fmt: skip
+        {
+            "id": "blog",
+            "kind": "rss",
+            "agent": "ana",
+            "schedule": {"every_secs": 60},
+            "config": {
+                "feed_url": "${FEED_BASE}/blog.xml",
+                "deliver": {"channel": "log", "to": "ops"},
+            },
+        },
+        {
+            "id": "hook",
+            "kind": "webhook_poll",
+            "agent": "ana",
+            "schedule": {"every_secs": 60},
+            "config": {
+                "url": "${HOOK_URL}",
+                "items_path": "items",
+                "message_template": "{title}",
+                "deliver": {"channel": "log", "to": "ops"},
+                "allow_private_networks": True,
+            },
+        },
+    ]
 
 
 # one base for the module: a job's expanded config is cached by its definition

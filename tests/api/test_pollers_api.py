@@ -36,12 +36,17 @@ def test_list_filters_and_pages(api, jobs, redis_client):
     assert body["total"] == 3 and body["next_after"] is None
     assert [j["id"] for j in api.get("/api/pollers?paused=true").json()["items"]] == ["gamma"]
     assert [j["id"] for j in api.get("/api/pollers?paused=false").json()["items"]] == [
-        "alpha", "beta"]  # fmt: skip
+        "alpha",
+        "beta",
+    ]
     assert [j["id"] for j in api.get("/api/pollers?status=ok").json()["items"]] == ["alpha"]
     assert api.get("/api/pollers?status=never").json()["total"] == 2
     assert api.get("/api/pollers?kind=scripted&agent=ana").json()["total"] == 3
     assert api.get("/api/pollers?agent=nobody").json() == {
-        "items": [], "total": 0, "next_after": None}  # fmt: skip
+        "items": [],
+        "total": 0,
+        "next_after": None,
+    }
     page1 = api.get("/api/pollers?limit=2").json()
     assert [j["id"] for j in page1["items"]] == ["alpha", "beta"] and page1["next_after"] == "beta"
     page2 = api.get("/api/pollers?limit=2&after=beta").json()
@@ -87,8 +92,13 @@ def test_run_async_queues_a_task(api, jobs, redis_client):
     assert r.json()["status_url"] == r["Location"] == url
     assert redis_client.llen("nexopoll") == 1  # the Celery queue: a worker will tick it
     assert state("alpha").ticks_total == 0
-    assert api.get(url).json() == {"job_id": "alpha", "task_id": r.json()["task_id"],
-                                   "state": "queued", "result": None, "error": None}  # fmt: skip
+    assert api.get(url).json() == {
+        "job_id": "alpha",
+        "task_id": r.json()["task_id"],
+        "state": "queued",
+        "result": None,
+        "error": None,
+    }
     error(api.get(url.replace("alpha", "beta")), 404)  # another job's run is not found
 
 
@@ -119,11 +129,19 @@ def test_reset_needs_confirm_true(api, jobs, redis_client):
 
 
 def test_malformed_and_non_json_bodies(api, jobs):
-    r = api.client.post("/api/pollers/alpha/reset", data="{nope", content_type="application/json",
-                        HTTP_AUTHORIZATION=f"Bearer {api.token}")  # fmt: skip
+    r = api.client.post(
+        "/api/pollers/alpha/reset",
+        data="{nope",
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {api.token}",
+    )
     error(r, 400)
-    r = api.client.post("/api/pollers/alpha/reset", data="confirm=true", content_type="text/plain",
-                        HTTP_AUTHORIZATION=f"Bearer {api.token}")  # fmt: skip
+    r = api.client.post(
+        "/api/pollers/alpha/reset",
+        data="confirm=true",
+        content_type="text/plain",
+        HTTP_AUTHORIZATION=f"Bearer {api.token}",
+    )
     error(r, 400)
     error(api.post("/api/pollers/alpha/reset", [1, 2]), 422)
     assert state("alpha").epoch == 0
@@ -152,16 +170,28 @@ def test_reload_plan_apply_and_strict(api, jobs):
 
 def test_ten_thousand_jobs_list_fast(api, cfg):
     PollJob.objects.bulk_create(
-        [PollJob(job_id=f"job{i:05d}", kind="scripted", agent="ana", schedule={"every_secs": 60},
-                 config={}, definition_hash="h") for i in range(10_000)],
+        [
+            PollJob(
+                job_id=f"job{i:05d}",
+                kind="scripted",
+                agent="ana",
+                schedule={"every_secs": 60},
+                config={},
+                definition_hash="h",
+            )
+            for i in range(10_000)
+        ],
         batch_size=1000,
-    )  # fmt: skip
+    )
     PollState.objects.bulk_create(
         [PollState(job_id=f"job{i:05d}", paused=i % 2 == 0) for i in range(10_000)],
         batch_size=1000,
     )
-    for url in ("/api/pollers?limit=100", "/api/pollers?limit=500&after=job09000",
-                "/api/pollers?paused=true&limit=100&after=job05000"):  # fmt: skip
+    for url in (
+        "/api/pollers?limit=100",
+        "/api/pollers?limit=500&after=job09000",
+        "/api/pollers?paused=true&limit=100&after=job05000",
+    ):
         started = time.monotonic()
         with CaptureQueriesContext(connection) as queries:
             r = api.get(url)

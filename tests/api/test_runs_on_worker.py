@@ -18,10 +18,18 @@ from .test_pollers_api import error
 
 def slow_job(url: str) -> dict:
     return {
-        "id": "slow", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"url": url, "items_path": "items", "message_template": "{title}",
-                   "deliver": {"channel": "log", "to": "ops"}, "allow_private_networks": True},
-    }  # fmt: skip
+        "id": "slow",
+        "kind": "webhook_poll",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "url": url,
+            "items_path": "items",
+            "message_template": "{title}",
+            "deliver": {"channel": "log", "to": "ops"},
+            "allow_private_networks": True,
+        },
+    }
 
 
 def gated_source(server: TestHTTPServer, gate: threading.Event, reached: threading.Event) -> None:
@@ -113,12 +121,24 @@ def test_a_run_stored_before_the_upgrade_reads_as_done(api, jobs):
     from django_celery_results.models import TaskResult
 
     TaskResult.objects.create(
-        task_id="5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11", task_name="nexopoll.run_now",
-        periodic_task_name="alpha", status="SUCCESS", content_type="application/json",
-        content_encoding="utf-8", date_done=timezone.now(),
-        result=json.dumps({"status": "ok", "items_seen": 2, "items_dispatched": 2, "error": "",
-                           "deliveries": 2, "committed": True}),
-    )  # fmt: skip
+        task_id="5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11",
+        task_name="nexopoll.run_now",
+        periodic_task_name="alpha",
+        status="SUCCESS",
+        content_type="application/json",
+        content_encoding="utf-8",
+        date_done=timezone.now(),
+        result=json.dumps(
+            {
+                "status": "ok",
+                "items_seen": 2,
+                "items_dispatched": 2,
+                "error": "",
+                "deliveries": 2,
+                "committed": True,
+            }
+        ),
+    )
     body = api.get("/api/pollers/alpha/runs/5f0c3a52-3c0a-4c6e-9d57-1f8e2f6f6c11").json()
     assert body["state"] == "done" and body["result"]["committed"]
     assert body["result"]["items_dispatched"] == 2

@@ -25,8 +25,12 @@ def test_api_conforms_to_its_openapi_document(live_server, jobs, redis_client, s
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         def check(case):
             response = case.call_and_validate(
                 headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20

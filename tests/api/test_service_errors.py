@@ -29,12 +29,16 @@ def test_each_refusal_carries_the_apis_answer(name):
     api = from_service(exc)
     assert isinstance(exc, services.ServiceError)
     assert (exc.http_status, exc.code, exc.message, exc.details) == (
-        api.status, api.code, api.message, api.details,
-    ) and api.status == status  # fmt: skip
+        api.status,
+        api.code,
+        api.message,
+        api.details,
+    ) and api.status == status
     assert exc.as_dict() == {
-        "code": api.code, "message": api.message,
+        "code": api.code,
+        "message": api.message,
         **({"details": api.details} if api.details is not None else {}),
-    }  # fmt: skip
+    }
 
 
 def test_the_old_names_still_catch_as_before():

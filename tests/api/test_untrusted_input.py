@@ -18,7 +18,10 @@ UUID = "0b6e2a52-3c0a-4c6e-9d57-1f8e2f6f6c11"
 
 def api_error(response, *statuses: int) -> dict:
     assert response["Content-Type"].startswith("application/json"), (
-        response.status_code, response["Content-Type"], response.content[:300])  # fmt: skip
+        response.status_code,
+        response["Content-Type"],
+        response.content[:300],
+    )
     assert response.status_code in statuses, (response.status_code, response.content[:300])
     body = response.json()
     assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]), body
@@ -38,15 +41,29 @@ def snapshot() -> list[tuple]:
 @pytest.mark.parametrize(
     "path",
     [
-        "/api", "/api/", "/api/pollers/", "/api/nothing", "/api/x%0Ay", "/api/%0A",
-        "/api/pollers/alpha/run/extra", "/api/pollers/%00", "/api/pollers/al%00pha",
-        "/api/pollers/%ff%fe", "/api/pollers/%ED%A0%80", "/api/pollers/alpha%0A/pause",
-        "/api/pollers/" + "a" * 5000, "/api/deliveries/%00/redeliver",
-        f"/api/pollers/alpha/runs/{UUID}%00", "/api/pollers/alpha/runs/%00",
-        "/api/pollers/alpha/runs/" + "f" * 400, "/api/openapi.json/x", "/api//pollers",
-        "/api/pollers/..%2F..%2Fadmin", "/api/pollers/%2e%2e",
+        "/api",
+        "/api/",
+        "/api/pollers/",
+        "/api/nothing",
+        "/api/x%0Ay",
+        "/api/%0A",
+        "/api/pollers/alpha/run/extra",
+        "/api/pollers/%00",
+        "/api/pollers/al%00pha",
+        "/api/pollers/%ff%fe",
+        "/api/pollers/%ED%A0%80",
+        "/api/pollers/alpha%0A/pause",
+        "/api/pollers/" + "a" * 5000,
+        "/api/deliveries/%00/redeliver",
+        f"/api/pollers/alpha/runs/{UUID}%00",
+        "/api/pollers/alpha/runs/%00",
+        "/api/pollers/alpha/runs/" + "f" * 400,
+        "/api/openapi.json/x",
+        "/api//pollers",
+        "/api/pollers/..%2F..%2Fadmin",
+        "/api/pollers/%2e%2e",
     ],
-)  # fmt: skip
+)
 def test_malformed_paths_are_json_4xx(client, path):
     before = snapshot()
     for method in ("get", "post"):
@@ -56,13 +73,37 @@ def test_malformed_paths_are_json_4xx(client, path):
 
 
 QUERIES = [
-    "kind=%00", "agent=a%00b", "after=%00", "status=%00", "paused=%00", "limit=%00",
-    "%00=1", "kind=%ED%A0%80", "kind=%ff", "after=al%00pha",
-    "limit=-1", "limit=0", "limit=501", "limit=99999999999999999999999", "limit=2.0",
-    "limit=1e3", "limit=abc", "limit=", "limit=%205", "limit=%2B5", "limit=%EF%BC%95",
-    "limit=5_0", "limit=0x10", "limit=NaN", "paused=1", "paused=yes", "paused=",
-    "limit=1&limit=2", "colour=red", "kind=" + "k" * 100,
-]  # fmt: skip
+    "kind=%00",
+    "agent=a%00b",
+    "after=%00",
+    "status=%00",
+    "paused=%00",
+    "limit=%00",
+    "%00=1",
+    "kind=%ED%A0%80",
+    "kind=%ff",
+    "after=al%00pha",
+    "limit=-1",
+    "limit=0",
+    "limit=501",
+    "limit=99999999999999999999999",
+    "limit=2.0",
+    "limit=1e3",
+    "limit=abc",
+    "limit=",
+    "limit=%205",
+    "limit=%2B5",
+    "limit=%EF%BC%95",
+    "limit=5_0",
+    "limit=0x10",
+    "limit=NaN",
+    "paused=1",
+    "paused=yes",
+    "paused=",
+    "limit=1&limit=2",
+    "colour=red",
+    "kind=" + "k" * 100,
+]
 
 
 @pytest.mark.parametrize("query", QUERIES)
@@ -72,9 +113,19 @@ def test_bad_job_list_queries_are_json_400(client, query):
 
 @pytest.mark.parametrize(
     "query",
-    ["job_id=%00", "job_id=a%00", "after=%00", f"after={UUID}%00", "after=nope",
-     "status=%00", "limit=-5", "limit=2.5", "limit=%00", "limit=" + "9" * 50],
-)  # fmt: skip
+    [
+        "job_id=%00",
+        "job_id=a%00",
+        "after=%00",
+        f"after={UUID}%00",
+        "after=nope",
+        "status=%00",
+        "limit=-5",
+        "limit=2.5",
+        "limit=%00",
+        "limit=" + "9" * 50,
+    ],
+)
 def test_bad_delivery_queries_are_json_400(client, query):
     api_error(client.get(f"/api/deliveries?{query}", **AUTH), 400)
 
@@ -96,13 +147,26 @@ def post(client: Client, path: str, data, content_type="application/json", **ext
         b'{"confirm": ' + b"[" * 30_000 + b"]" * 30_000 + b"}",
         b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
         b"[" * 900 + b"]" * 900,
-        b'{"confirm": "\\u0000"}', b'{"\\u0000": true}', b'{"confirm": "\\ud800"}',
-        b'{"confirm": true, "x\\u0000": 1}', b"\xff\xfe{}", b'{"confirm": tru',
-        b'{"confirm": NaN}', b'{"confirm": Infinity}', b"\x00", b'"\x00"', b"null",
-        b"[]", b"1", b'"confirm"', b'{"confirm": 1}', b'{"confirm": "true"}',
-        b'{"confirm": 1.0}', b'{"confirm": true, "confirm2": true}',
+        b'{"confirm": "\\u0000"}',
+        b'{"\\u0000": true}',
+        b'{"confirm": "\\ud800"}',
+        b'{"confirm": true, "x\\u0000": 1}',
+        b"\xff\xfe{}",
+        b'{"confirm": tru',
+        b'{"confirm": NaN}',
+        b'{"confirm": Infinity}',
+        b"\x00",
+        b'"\x00"',
+        b"null",
+        b"[]",
+        b"1",
+        b'"confirm"',
+        b'{"confirm": 1}',
+        b'{"confirm": "true"}',
+        b'{"confirm": 1.0}',
+        b'{"confirm": true, "confirm2": true}',
     ],
-)  # fmt: skip
+)
 def test_bad_json_bodies_are_json_4xx_and_change_nothing(client, data):
     before = snapshot()
     api_error(post(client, "/api/pollers/alpha/reset", data), 400, 422)
@@ -112,16 +176,26 @@ def test_bad_json_bodies_are_json_4xx_and_change_nothing(client, data):
 
 @pytest.mark.parametrize(
     "body",
-    [{"wait": 1}, {"wait": "false"}, {"force": 1}, {"force": "true"}, {"force": None},
-     {"wait": 0}, {"force": 1.0}, {"wait": []}],
-)  # fmt: skip
+    [
+        {"wait": 1},
+        {"wait": "false"},
+        {"force": 1},
+        {"force": "true"},
+        {"force": None},
+        {"wait": 0},
+        {"force": 1.0},
+        {"wait": []},
+    ],
+)
 def test_run_flags_are_only_json_booleans(client, body):
     import json
 
     before = snapshot()
     api_error(post(client, "/api/pollers/alpha/run", json.dumps(body)), 422)
-    for path, key in [("/api/pollers/reload", "dry_run"), (f"/api/deliveries/{UUID}/redeliver",
-                                                          "force")]:  # fmt: skip
+    for path, key in [
+        ("/api/pollers/reload", "dry_run"),
+        (f"/api/deliveries/{UUID}/redeliver", "force"),
+    ]:
         api_error(post(client, path, json.dumps({key: next(iter(body.values()))})), 422)
     assert snapshot() == before
 
@@ -142,17 +216,25 @@ def test_a_3mb_form_body_with_a_session_is_413_json(client):
     c.force_login(user)
     c.cookies["csrftoken"] = "a" * 32  # a cookie, so the check goes on to read the form
     data = b"confirm=true&pad=" + b"x" * (3 * 1024 * 1024)
-    r = c.generic("POST", "/api/pollers/alpha/reset", data,
-                  content_type="application/x-www-form-urlencoded")  # fmt: skip
+    r = c.generic(
+        "POST", "/api/pollers/alpha/reset", data, content_type="application/x-www-form-urlencoded"
+    )
     api_error(r, 413)
     assert PollState.objects.get(job_id="alpha").epoch == 0
 
 
 @pytest.mark.parametrize(
     "ctype",
-    ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-     "application/xml", "", "application/jsonx", "application/json-seq"],
-)  # fmt: skip
+    [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/xml",
+        "",
+        "application/jsonx",
+        "application/json-seq",
+    ],
+)
 def test_non_json_content_types_are_json_4xx(client, ctype):
     r = post(client, "/api/pollers/alpha/reset", b'{"confirm": true}', content_type=ctype)
     api_error(r, 400, 415)
@@ -161,11 +243,20 @@ def test_non_json_content_types_are_json_4xx(client, ctype):
 
 @pytest.mark.parametrize(
     "method,path",
-    [("PUT", "/api/pollers"), ("DELETE", "/api/pollers/alpha"), ("PATCH", "/api/pollers/alpha"),
-     ("GET", "/api/pollers/alpha/reset"), ("POST", "/api/pollers"), ("PUT", "/api/deliveries"),
-     ("GET", f"/api/deliveries/{UUID}/redeliver"), ("POST", "/api/openapi.json"),
-     ("DELETE", "/api/openapi.json"), ("TRACE", "/api/pollers"), ("BREW", "/api/pollers")],
-)  # fmt: skip
+    [
+        ("PUT", "/api/pollers"),
+        ("DELETE", "/api/pollers/alpha"),
+        ("PATCH", "/api/pollers/alpha"),
+        ("GET", "/api/pollers/alpha/reset"),
+        ("POST", "/api/pollers"),
+        ("PUT", "/api/deliveries"),
+        ("GET", f"/api/deliveries/{UUID}/redeliver"),
+        ("POST", "/api/openapi.json"),
+        ("DELETE", "/api/openapi.json"),
+        ("TRACE", "/api/pollers"),
+        ("BREW", "/api/pollers"),
+    ],
+)
 def test_wrong_methods_are_json_405(client, method, path):
     r = client.generic(method, path, b"", **AUTH)
     assert api_error(r, 405)["code"] == "method_not_allowed"
@@ -176,8 +267,13 @@ def test_unauthenticated_bad_input_is_still_json(jobs):
     c = Client()
     api_error(c.get("/api/pollers?kind=%00"), 401)
     api_error(c.get("/api/pollers/%00"), 400, 401, 404)
-    api_error(c.generic("POST", "/api/pollers/alpha/reset", b"[" * 30_000,
-                        content_type="application/json"), 400, 401)  # fmt: skip
+    api_error(
+        c.generic(
+            "POST", "/api/pollers/alpha/reset", b"[" * 30_000, content_type="application/json"
+        ),
+        400,
+        401,
+    )
     api_error(c.post("/api/nothing", {"a": 1}), 404)
 
 
@@ -198,17 +294,30 @@ def test_huge_query_strings_are_json_400(client):
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/pollers/alpha/reset", "/api/pollers/alpha/run", "/api/pollers/reload",
-             f"/api/deliveries/{UUID}/redeliver", "/api/pollers/alpha/pause"],
-)  # fmt: skip
+    "path",
+    [
+        "/api/pollers/alpha/reset",
+        "/api/pollers/alpha/run",
+        "/api/pollers/reload",
+        f"/api/deliveries/{UUID}/redeliver",
+        "/api/pollers/alpha/pause",
+    ],
+)
 def test_a_session_form_body_is_json_4xx_not_a_500(jobs, path):
     """The CSRF check parses a form body; reading it as JSON afterwards used to raise
     RawPostDataException (a 500)."""
     from .test_auth import csrf_cookie
 
     c = Client(enforce_csrf_checks=True)
-    c.force_login(staff("op", "admin_ext.operate_job", "admin_ext.view_job",
-                        "admin_ext.redeliver", "admin_ext.reload_config"))  # fmt: skip
+    c.force_login(
+        staff(
+            "op",
+            "admin_ext.operate_job",
+            "admin_ext.view_job",
+            "admin_ext.redeliver",
+            "admin_ext.reload_config",
+        )
+    )
     token = csrf_cookie(c)
     before = snapshot()
     for data in ({"confirm": "true"}, {"f": ("x" * 100)}):  # multipart/form-data
@@ -223,8 +332,14 @@ def test_a_session_form_body_is_json_4xx_not_a_500(jobs, path):
 
 @pytest.mark.parametrize("length", ["-1", "abc", "1e3", " 12", "99999999999999999999999"])
 def test_odd_content_lengths_are_json_answers(client, length):
-    r = client.generic("POST", "/api/pollers/alpha/reset", b'{"confirm": true}',
-                       content_type="application/json", CONTENT_LENGTH=length, **AUTH)  # fmt: skip
+    r = client.generic(
+        "POST",
+        "/api/pollers/alpha/reset",
+        b'{"confirm": true}',
+        content_type="application/json",
+        CONTENT_LENGTH=length,
+        **AUTH,
+    )
     assert r["Content-Type"].startswith("application/json") and r.status_code < 500
 
 

@@ -36,10 +36,18 @@ def browser():
     opts.binary_location = CHROMIUM
     profile = tempfile.mkdtemp(prefix="nexopoll-chromium-")
     for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--window-size=1920,1000", f"--user-data-dir={profile}",
-    ):  # fmt: skip
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1920,1000",
+        f"--user-data-dir={profile}",
+    ):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
     driver.implicitly_wait(0)

@@ -26,8 +26,9 @@ ALPHA, BETA = "alpha_1.feed-eu", "beta_2.feed-us"
 
 
 def make_user(name: str, *perms: str, superuser: bool = False) -> User:
-    user = User.objects.create_user(name, password=f"pw-{name}-1", is_staff=True,
-                                    is_superuser=superuser)  # fmt: skip
+    user = User.objects.create_user(
+        name, password=f"pw-{name}-1", is_staff=True, is_superuser=superuser
+    )
     for codename in perms:
         user.user_permissions.add(
             Permission.objects.get(codename=codename, content_type__app_label="admin_ext")
@@ -152,10 +153,20 @@ def test_run_now_result_on_the_job_page_and_dry_run(browser, live_server, runnin
 def test_redeliver_a_dead_row(browser, live_server, running):
     make_user("op", "view_outboxrow", "redeliver", "view_job")
     now = timezone.now()
-    row = Delivery.objects.create(id=uuid.uuid4(), job_id=ALPHA, agent="ana", epoch=1,
-                                  channel="webhook", recipient="ops", payload={"text": "again"},
-                                  status="dead", attempts=8, next_attempt_at=now, created_at=now,
-                                  last_error="HTTP 500")  # fmt: skip
+    row = Delivery.objects.create(
+        id=uuid.uuid4(),
+        job_id=ALPHA,
+        agent="ana",
+        epoch=1,
+        channel="webhook",
+        recipient="ops",
+        payload={"text": "again"},
+        status="dead",
+        attempts=8,
+        next_attempt_at=now,
+        created_at=now,
+        last_error="HTTP 500",
+    )
     login(browser, live_server, "op")
     browser.find_element(By.CSS_SELECTOR, "#nexopoll-summary a[href$='status__exact=dead']").click()
     WebDriverWait(browser, 20).until(lambda d: d.find_elements(By.ID, "result_list"))

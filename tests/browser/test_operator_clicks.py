@@ -44,13 +44,15 @@ def cfg(tmp_path, redis_client, transactional_db, settings) -> Config:
 def jobs(cfg, redis_client):
     """Five jobs: FEED ticked twice (two deliveries), DEMO failing, one paused, one with
     its breaker open after three failures, one with a long id, ticking fine."""
-    cfg.write([
-        scripted(FEED, schedule={"cron": "0 */15 6-22 * * mon-fri", "tz": "Europe/Berlin"}),
-        scripted(DEMO, every=300),
-        scripted("mail-2.ops_x", every=60, paused_on_boot=True),
-        scripted("imap_4.support-desk", every=120),
-        scripted("rss-3.world_news.headlines-2026", every=600),
-    ])  # fmt: skip
+    cfg.write(
+        [
+            scripted(FEED, schedule={"cron": "0 */15 6-22 * * mon-fri", "tz": "Europe/Berlin"}),
+            scripted(DEMO, every=300),
+            scripted("mail-2.ops_x", every=60, paused_on_boot=True),
+            scripted("imap_4.support-desk", every=120),
+            scripted("rss-3.world_news.headlines-2026", every=600),
+        ]
+    )
     cfg.reload()
     redis_client.rpush("test:src:rss-3.world_news.headlines-2026", *range(1, 13))
     tick_job("rss-3.world_news.headlines-2026", now=timezone.now())
@@ -214,12 +216,23 @@ def test_jobs_list_fits_1400px_and_reads_right(window, live_server, jobs):
     operator()
     # config/pollers.yaml's cron job, as the reload would store it (its kind is the widest)
     now = timezone.now()
-    PollJob.objects.create(job_id="demo_cron", kind="webhook_poll", agent="demo",
-                           schedule={"cron": "*/20 * * * * *", "tz": "Europe/Paris"},
-                           config={}, definition_hash="h")  # fmt: skip
-    PollState.objects.create(job_id="demo_cron", definition_hash="h", last_status="ok",
-                             last_run_at=now, next_run_at=now + timedelta(seconds=20),
-                             items_seen_total=123456, items_dispatched_total=98765)  # fmt: skip
+    PollJob.objects.create(
+        job_id="demo_cron",
+        kind="webhook_poll",
+        agent="demo",
+        schedule={"cron": "*/20 * * * * *", "tz": "Europe/Paris"},
+        config={},
+        definition_hash="h",
+    )
+    PollState.objects.create(
+        job_id="demo_cron",
+        definition_hash="h",
+        last_status="ok",
+        last_run_at=now,
+        next_run_at=now + timedelta(seconds=20),
+        items_seen_total=123456,
+        items_dispatched_total=98765,
+    )
     to_jobs_list(browser, live_server)
     fits = browser.execute_script(
         "const r = document.querySelector('#changelist .results');"
@@ -234,8 +247,9 @@ def test_jobs_list_fits_1400px_and_reads_right(window, live_server, jobs):
     for col in ("last_run_col", "next_run_col", "seen_col", "dispatched_col"):
         right = browser.execute_script(
             "return document.querySelector('th.column-' + arguments[0])"
-            ".getBoundingClientRect().right", col,
-        )  # fmt: skip
+            ".getBoundingClientRect().right",
+            col,
+        )
         assert right <= fits[3], (col, right)
     for job_id in (FEED, DEMO, "demo_cron"):
         row = row_of(browser, job_id)
@@ -273,13 +287,21 @@ def test_deliveries_list_newest_first_short_ids_iso_times(window, live_server, c
     now = timezone.now().replace(microsecond=0)
     rows = [
         Delivery.objects.create(
-            id=uuid.uuid4(), job_id=FEED, agent="ana", epoch=1, channel="webhook",
-            recipient="https://hooks.example.com/very/long/path", payload={"text": str(i)},
-            status="sent", attempts=1, next_attempt_at=now, sent_at=now - timedelta(hours=i),
+            id=uuid.uuid4(),
+            job_id=FEED,
+            agent="ana",
+            epoch=1,
+            channel="webhook",
+            recipient="https://hooks.example.com/very/long/path",
+            payload={"text": str(i)},
+            status="sent",
+            attempts=1,
+            next_attempt_at=now,
+            sent_at=now - timedelta(hours=i),
             created_at=now - timedelta(hours=i),
         )
         for i in (3, 1, 2)
-    ]  # fmt: skip
+    ]
     to_jobs_list(browser, live_server)
     click(browser, By.CSS_SELECTOR, "#breadcrumbs a, .breadcrumbs a")  # Home
     click(browser, By.CSS_SELECTOR, "#content-main tr.model-outboxrow th a")

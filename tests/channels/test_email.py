@@ -11,9 +11,14 @@ from tests.support.smtpserver import SMTPServer, free_port
 
 def message(text="Invoice 42 is due\nPay by Friday.", to="ops@example.com", **payload):
     return OutboundMessage(
-        delivery_id="3f0c1e9a-0000-4000-8000-000000000001", job_id="gmail1", agent="ana",
-        channel="email", recipient=to, payload={"text": text, **payload}, attempt=1,
-    )  # fmt: skip
+        delivery_id="3f0c1e9a-0000-4000-8000-000000000001",
+        job_id="gmail1",
+        agent="ana",
+        channel="email",
+        recipient=to,
+        payload={"text": text, **payload},
+        attempt=1,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +37,9 @@ def smtp(settings):
 
 
 def send(msg, **binding) -> None:
-    get_channel("email").send(msg, {"sender": "Nexopoll <bot@example.com>", **binding},
-                              deadline_secs=5)  # fmt: skip
+    get_channel("email").send(
+        msg, {"sender": "Nexopoll <bot@example.com>", **binding}, deadline_secs=5
+    )
 
 
 def test_a_mail_goes_to_the_recipient_from_the_sender_with_the_first_line_as_subject(smtp):
@@ -96,9 +102,12 @@ def test_a_failed_login_holds_the_delivery(settings):
             return "250 OK"
 
     controller = Controller(
-        Handler(), hostname="127.0.0.1", port=port, auth_require_tls=False,
+        Handler(),
+        hostname="127.0.0.1",
+        port=port,
+        auth_require_tls=False,
         authenticator=lambda *a: AuthResult(success=False, handled=False),
-    )  # fmt: skip
+    )
     controller.start()
     try:
         settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port

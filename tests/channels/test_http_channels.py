@@ -28,10 +28,14 @@ from tests.support.providers import (
 
 def message(provider, text="Hello\nsecond line", **kw) -> OutboundMessage:
     return OutboundMessage(
-        delivery_id="d-0001", job_id="job1", agent="ana", channel=provider.channel,
-        recipient=kw.pop("recipient", provider.recipient), payload={"text": text, **kw},
+        delivery_id="d-0001",
+        job_id="job1",
+        agent="ana",
+        channel=provider.channel,
+        recipient=kw.pop("recipient", provider.recipient),
+        payload={"text": text, **kw},
         attempt=1,
-    )  # fmt: skip
+    )
 
 
 def send(provider, server, *, binding_extra=None, msg=None) -> None:
@@ -90,9 +94,11 @@ def test_telegram_sends_chat_id_parse_mode_and_preview_flag(server):
     server.route("POST", TELEGRAM.path, TELEGRAM.ok)
     send(TELEGRAM, server, binding_extra={"parse_mode": "HTML", "disable_web_page_preview": True})
     assert sent_doc(server) == {
-        "chat_id": "42", "text": "Hello\nsecond line", "parse_mode": "HTML",
+        "chat_id": "42",
+        "text": "Hello\nsecond line",
+        "parse_mode": "HTML",
         "disable_web_page_preview": True,
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(
@@ -126,9 +132,12 @@ def test_whatsapp_sends_a_cloud_api_text_message_with_the_bearer_token(server):
     [req] = server.requests
     assert req.header("Authorization") == f"Bearer {CANARY}"
     assert sent_doc(server) == {
-        "messaging_product": "whatsapp", "recipient_type": "individual", "to": "573001112233",
-        "type": "text", "text": {"preview_url": False, "body": "Hello\nsecond line"},
-    }  # fmt: skip
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": "573001112233",
+        "type": "text",
+        "text": {"preview_url": False, "body": "Hello\nsecond line"},
+    }
 
 
 def test_whatsapp_an_expired_token_is_a_config_problem(server):
@@ -148,11 +157,16 @@ def test_slack_bot_posts_channel_and_text_with_the_bearer_token(server):
 
 @pytest.mark.parametrize(
     "error, expected",
-    [("ratelimited", TransientError), ("service_unavailable", TransientError),
-     ("invalid_auth", ConfigError), ("token_revoked", ConfigError),
-     ("channel_not_found", PermanentError), ("is_archived", PermanentError),
-     ("msg_too_long", PermanentError)],
-)  # fmt: skip
+    [
+        ("ratelimited", TransientError),
+        ("service_unavailable", TransientError),
+        ("invalid_auth", ConfigError),
+        ("token_revoked", ConfigError),
+        ("channel_not_found", PermanentError),
+        ("is_archived", PermanentError),
+        ("msg_too_long", PermanentError),
+    ],
+)
 def test_slack_ok_false_errors_map_to_classes(server, error, expected):
     server.route("POST", SLACK_BOT.path, json_reply({"ok": False, "error": error}))
     with pytest.raises(expected, match=error) as info:

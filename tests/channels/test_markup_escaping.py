@@ -36,7 +36,7 @@ HOSTILE = [
     "<https://evil.example/login|Your bank> <mailto:x@y|x>",
     "*bold* _it_ ~s~ `code` ```pre``` [a](https://evil) > quote",
     "1.5! #tag +1 -1 =x |pipe| {brace} (paren) \\back\\slash",
-    "<b>bold</b> <a href=\"https://evil\">bank</a> &lt;i&gt; \"q\"",
+    '<b>bold</b> <a href="https://evil">bank</a> &lt;i&gt; "q"',
     "ünïcödé 🚀 <!everyone>",
 ]
 
@@ -150,9 +150,14 @@ def send(server, provider, payload: dict, **binding_extra) -> str:
 
     binding = expand_env({**provider.binding(server), **binding_extra}, os.environ)
     msg = OutboundMessage(
-        delivery_id="d-1", job_id="blog", agent="ana", channel=provider.channel,
-        recipient=provider.recipient, payload=payload, attempt=1,
-    )  # fmt: skip
+        delivery_id="d-1",
+        job_id="blog",
+        agent="ana",
+        channel=provider.channel,
+        recipient=provider.recipient,
+        payload=payload,
+        attempt=1,
+    )
     get_channel(provider.channel).send(msg, binding, deadline_secs=5)
     return sent_doc(server)["text"]
 
@@ -164,7 +169,7 @@ def test_a_polled_title_reaches_slack_as_literal_text(server, provider, title):
     payload = polled_payload(server, title, "New post: {title}")
     sent = send(server, provider, payload)
     assert sent.startswith("New post: ")
-    assert slack_literal(sent[len("New post: "):]) == title
+    assert slack_literal(sent[len("New post: ") :]) == title
 
 
 def test_the_spoofed_channel_ping_is_escaped_exactly(server):
@@ -177,7 +182,10 @@ def test_slack_keeps_the_templates_own_markup_and_raw_values(server):
     payload = polled_payload(server, title, "<!here> *{title}* <{link|raw}|read>")
     sent = send(server, SLACK_BOT, payload)
     # the template's <!here> and *…* are the operator's; the link was marked raw
-    assert sent == "<!here> *a &lt;b&gt; &amp; &lt;!here&gt;* <https://blog.example.com/p?a=1&b=2|read>"
+    assert (
+        sent
+        == "<!here> *a &lt;b&gt; &amp; &lt;!here&gt;* <https://blog.example.com/p?a=1&b=2|read>"
+    )
 
 
 def test_a_hostile_link_inside_the_templates_own_link_markup_stays_inside(server):
@@ -209,7 +217,7 @@ def test_a_polled_title_reaches_telegram_as_literal_text(server, mode, title):
     payload = polled_payload(server, title, "New {title}")
     sent = send(server, TELEGRAM, payload, parse_mode=mode)
     assert sent.startswith("New ")
-    assert READERS[mode](sent[len("New "):]) == title
+    assert READERS[mode](sent[len("New ") :]) == title
     assert sent_doc(server)["parse_mode"] == mode
 
 
@@ -234,8 +242,12 @@ def test_telegram_without_parse_mode_sends_the_text_as_is(server):
 
 def test_html_quotes_and_entities_in_a_title_stay_literal(server):
     title = 'x" onclick="y &amp; <a href="https://evil">'
-    sent = send(server, TELEGRAM, polled_payload(server, title, '<a href="{link|raw}">{title}</a>'),
-                parse_mode="HTML")  # fmt: skip
+    sent = send(
+        server,
+        TELEGRAM,
+        polled_payload(server, title, '<a href="{link|raw}">{title}</a>'),
+        parse_mode="HTML",
+    )
     assert sent == (
         '<a href="https://blog.example.com/p?a=1&b=2">x&quot; onclick=&quot;y &amp;amp; '
         "&lt;a href=&quot;https://evil&quot;&gt;</a>"
@@ -257,8 +269,9 @@ def test_render_message_marks_literal_text_and_raw_values_trusted():
     assert check_template("{title|raw} {a.b}") == ["title", "a.b"]
 
 
-@pytest.mark.parametrize("bad", [None, "x", [[0]], [[2, 1]], [[0, 99]], [[3, 4], [0, 1]],
-                                 [[True, 1]], [["0", "1"]]])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad", [None, "x", [[0]], [[2, 1]], [[0, 99]], [[3, 4], [0, 1]], [[True, 1]], [["0", "1"]]]
+)
 def test_malformed_trusted_spans_make_the_whole_text_untrusted(bad):
     assert trusted_spans(bad, 10) == []
     assert compose("<x>", trusted_spans(bad, 3), escape_slack, 100) == "&lt;x&gt;"

@@ -17,9 +17,12 @@ from nexopoll.core.config import load_config
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "channels.md").read_text()
 ENV = {
-    "ANA_TELEGRAM_TOKEN": "1:x", "ANA_WA_TOKEN": "w", "ANA_SLACK_WEBHOOK": "https://h.example/x",
-    "BOB_SLACK_BOT_TOKEN": "xoxb", "file:/run/secrets/ana_bot_token": "1:y",
-}  # fmt: skip
+    "ANA_TELEGRAM_TOKEN": "1:x",
+    "ANA_WA_TOKEN": "w",
+    "ANA_SLACK_WEBHOOK": "https://h.example/x",
+    "BOB_SLACK_BOT_TOKEN": "xoxb",
+    "file:/run/secrets/ana_bot_token": "1:y",
+}
 
 
 def section(title: str) -> str:
@@ -37,8 +40,14 @@ def test_each_channel_section_has_a_binding_that_loads(channel):
     [doc] = blocks(section(channel), "yaml")
     parsed = yaml.safe_load(doc)
     text = yaml.safe_dump({"agents": parsed["agents"], "pollers": parsed.get("pollers", {})})
-    cfg = load_config(text, source="channels.md", env=ENV, now=datetime(2026, 1, 1, tzinfo=UTC),
-                      validators={"rss": lambda c: None}, channels=binding_schemas())  # fmt: skip
+    cfg = load_config(
+        text,
+        source="channels.md",
+        env=ENV,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        validators={"rss": lambda c: None},
+        channels=binding_schemas(),
+    )
     assert cfg.issues == [] and cfg.agents
 
 
@@ -46,8 +55,9 @@ def test_the_stream_consumer_example_reads_the_channels_entries(redis_client):
     for i in (1, 2):
         get_channel("stream").send(
             OutboundMessage(f"id-{i}", "blog", "ana", "stream", "42", {"text": f"item {i}"}, 1),
-            {"account": "ana_bot", "channel": "telegram"}, deadline_secs=5,
-        )  # fmt: skip
+            {"account": "ana_bot", "channel": "telegram"},
+            deadline_secs=5,
+        )
     [code] = blocks(section("stream"), "python")
     where = redis_client.connection_pool.connection_kwargs
     code = code.replace("redis://127.0.0.1:6379/0", f"redis://{where['host']}:{where['port']}/0")

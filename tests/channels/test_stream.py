@@ -15,10 +15,14 @@ from nexopoll.runtime.host import TickHost
 
 def message(i: int = 1, **kw) -> OutboundMessage:
     fields = dict(
-        delivery_id=f"00000000-0000-4000-8000-{i:012d}", job_id="rss1", agent="ana",
-        channel="stream", recipient="1194292426", payload={"text": f"item {i}", "n": i},
+        delivery_id=f"00000000-0000-4000-8000-{i:012d}",
+        job_id="rss1",
+        agent="ana",
+        channel="stream",
+        recipient="1194292426",
+        payload={"text": f"item {i}", "n": i},
         attempt=1,
-    )  # fmt: skip
+    )
     fields.update(kw)
     return OutboundMessage(**fields)
 
@@ -37,10 +41,13 @@ def test_entries_are_read_back_through_a_consumer_group(redis_client):
     assert stream == key and len(entries) == 3
     first = entries[0][1]
     assert first == {
-        "delivery_id": "00000000-0000-4000-8000-000000000001", "job": "rss1", "agent": "ana",
-        "recipient": "1194292426", "purpose": "item",
+        "delivery_id": "00000000-0000-4000-8000-000000000001",
+        "job": "rss1",
+        "agent": "ana",
+        "recipient": "1194292426",
+        "purpose": "item",
         "payload": json.dumps({"n": 1, "text": "item 1"}),
-    }  # fmt: skip
+    }
     assert redis_client.xack(key, "bridge", *[eid for eid, _ in entries]) == 3
     assert redis_client.xpending(key, "bridge")["pending"] == 0
 

@@ -289,7 +289,7 @@ def test_health_instants_are_kept_in_utc() -> None:
 )
 def test_policy_rejects_nonsense(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        BreakerPolicy(**kwargs)  # type: ignore[arg-type]
+        BreakerPolicy(**kwargs)
 
 
 def test_health_rejects_negative_counters() -> None:

@@ -22,9 +22,13 @@ ENV = {
 
 def load(text: str, channels=None):
     return load_config(
-        text, source="p.yaml", env=ENV, now=NOW, validators={"noop": lambda c: None},
+        text,
+        source="p.yaml",
+        env=ENV,
+        now=NOW,
+        validators={"noop": lambda c: None},
         channels=channels,
-    )  # fmt: skip
+    )
 
 
 def agent_issue(binding: str, channel: str = "webhook", channels=None):

@@ -21,10 +21,13 @@ ENV = {
 
 def load(agents: str, jobs: str = "", env=ENV):
     return load_config(
-        f"agents:\n  ana:\n{agents}pollers:\n  jobs:\n{jobs or '    []'}\n", source="p.yaml",
-        env=env, now=NOW, validators={"noop": lambda c: None},
+        f"agents:\n  ana:\n{agents}pollers:\n  jobs:\n{jobs or '    []'}\n",
+        source="p.yaml",
+        env=env,
+        now=NOW,
+        validators={"noop": lambda c: None},
         channels=BUILTIN_BINDING_SCHEMAS,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,30 +51,57 @@ def test_each_channel_binding_loads(binding):
 @pytest.mark.parametrize(
     "binding, path, message",
     [
-        ("telegram: {account: a, token: '${TG_TOKEN}', disable_web_page_preview: 'true'}",
-         "agents.ana.telegram.disable_web_page_preview", "valid boolean"),
-        ("telegram: {account: a, token: '123456:literal'}", "agents.ana.telegram.token",
-         "${ENV_VAR} or ${file:/path}"),
-        ("telegram: {account: a, token: '${TG_TOKEN}', parse_mode: markdown}",
-         "agents.ana.telegram.parse_mode", "MarkdownV2"),
+        (
+            "telegram: {account: a, token: '${TG_TOKEN}', disable_web_page_preview: 'true'}",
+            "agents.ana.telegram.disable_web_page_preview",
+            "valid boolean",
+        ),
+        (
+            "telegram: {account: a, token: '123456:literal'}",
+            "agents.ana.telegram.token",
+            "${ENV_VAR} or ${file:/path}",
+        ),
+        (
+            "telegram: {account: a, token: '${TG_TOKEN}', parse_mode: markdown}",
+            "agents.ana.telegram.parse_mode",
+            "MarkdownV2",
+        ),
         ("telegram: {token: '${TG_TOKEN}'}", "agents.ana.telegram.account", "field required"),
-        ("whatsapp: {phone_number_id: '+57 300', token: '${TG_TOKEN}'}",
-         "agents.ana.whatsapp.phone_number_id", "pattern"),
-        ("whatsapp: {phone_number_id: '1', token: '${TG_TOKEN}', max_per_second: '5'}",
-         "agents.ana.whatsapp.max_per_second", "valid number"),
-        ("slack: {webhook_url: 'https://hooks.slack.com/services/literal'}",
-         "agents.ana.slack.webhook_url", "${ENV_VAR} or ${file:/path}"),
-        ("slack: {webhook_url: '${SLACK_HOOK}', token: '${TG_TOKEN}'}", "agents.ana.slack",
-         "exactly one of webhook_url and token"),
+        (
+            "whatsapp: {phone_number_id: '+57 300', token: '${TG_TOKEN}'}",
+            "agents.ana.whatsapp.phone_number_id",
+            "pattern",
+        ),
+        (
+            "whatsapp: {phone_number_id: '1', token: '${TG_TOKEN}', max_per_second: '5'}",
+            "agents.ana.whatsapp.max_per_second",
+            "valid number",
+        ),
+        (
+            "slack: {webhook_url: 'https://hooks.slack.com/services/literal'}",
+            "agents.ana.slack.webhook_url",
+            "${ENV_VAR} or ${file:/path}",
+        ),
+        (
+            "slack: {webhook_url: '${SLACK_HOOK}', token: '${TG_TOKEN}'}",
+            "agents.ana.slack",
+            "exactly one of webhook_url and token",
+        ),
         ("email: {sender: 'not an address'}", "agents.ana.email.sender", "e-mail address"),
         ("email: {sender: a@b.c, subject: '{unclosed'}", "agents.ana.email.subject", "unclosed"),
         ("stream: {account: 'two words'}", "agents.ana.stream.account", "invalid account"),
-        ("telegram: {account: a, token: '${file:/run/secrets/none}'}",
-         "agents.ana.telegram.token", "secret file /run/secrets/none cannot be read"),
-        ("telegram: {account: a, token: '${file:relative/path}'}", "agents.ana.telegram.token",
-         "malformed"),
+        (
+            "telegram: {account: a, token: '${file:/run/secrets/none}'}",
+            "agents.ana.telegram.token",
+            "secret file /run/secrets/none cannot be read",
+        ),
+        (
+            "telegram: {account: a, token: '${file:relative/path}'}",
+            "agents.ana.telegram.token",
+            "malformed",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_binding_is_rejected_naming_the_field_and_never_a_secret(binding, path, message):
     cfg = load(f"    {binding}\n")
     assert "ana" not in cfg.agents
@@ -109,8 +139,10 @@ def test_a_job_delivering_to_an_unknown_channel_is_rejected():
 
 @pytest.mark.parametrize("channel", ["log", "telegram"])
 def test_a_job_whose_agent_has_the_binding_loads(channel):
-    cfg = load("    log: {}\n    telegram: {account: a, token: '${TG_TOKEN}'}\n",
-               JOB.format(channel=channel))  # fmt: skip
+    cfg = load(
+        "    log: {}\n    telegram: {account: a, token: '${TG_TOKEN}'}\n",
+        JOB.format(channel=channel),
+    )
     assert cfg.issues == [] and list(cfg.jobs) == ["bad"]
 
 

@@ -19,9 +19,13 @@ def load(jobs: str, channels=BUILTIN_BINDING_SCHEMAS):
         + "pollers:\n  jobs:\n    - {id: ok, kind: noop, agent: ana, schedule: {every_secs: 60}}\n"
     )
     return load_config(
-        text + jobs, source="p.yaml", env={}, now=NOW, validators={"noop": lambda c: None},
+        text + jobs,
+        source="p.yaml",
+        env={},
+        now=NOW,
+        validators={"noop": lambda c: None},
         channels=channels,
-    )  # fmt: skip
+    )
 
 
 def job(agent: str, channel: str) -> str:

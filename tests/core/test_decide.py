@@ -48,8 +48,14 @@ def test_permanent_and_config_errors_pause_and_alert():
 
 def test_no_alert_without_failure_to():
     quiet = JobPolicy(POLICY.breaker, POLICY.alert_cooldown, has_failure_to=False)
-    d = plan_failure(StartState(Health(consecutive_errors=2)), ErrorClass.TRANSIENT, "x",
-                     now=NOW, policy=quiet, next_slot_at=None)  # fmt: skip
+    d = plan_failure(
+        StartState(Health(consecutive_errors=2)),
+        ErrorClass.TRANSIENT,
+        "x",
+        now=NOW,
+        policy=quiet,
+        next_slot_at=None,
+    )
     assert not d.send_alert and not d.alert_active
 
 

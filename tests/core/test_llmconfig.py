@@ -13,9 +13,15 @@ from nexopoll.core.llmconfig import check_request, parse_llm, reply_from_json
 ENV = {"KEY": "sk-secret-1"}
 GOOD = {
     "max_tokens_cap": 500,
-    "providers": {"local": {"base_url": "http://127.0.0.1:8080/v1", "api_key": "${KEY}",
-                            "models": ["m1", "m2"], "timeout_secs": 30}},
-}  # fmt: skip
+    "providers": {
+        "local": {
+            "base_url": "http://127.0.0.1:8080/v1",
+            "api_key": "${KEY}",
+            "models": ["m1", "m2"],
+            "timeout_secs": 30,
+        }
+    },
+}
 
 
 def test_a_valid_section_parses():
@@ -57,8 +63,12 @@ def test_every_section_error_names_its_path(section, where, message):
 
 
 def request(**over):
-    base = {"provider": "local", "model": "m1", "max_tokens": 100,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    base = {
+        "provider": "local",
+        "model": "m1",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     return {k: v for k, v in {**base, **over}.items() if v is not None}
 
 
@@ -66,8 +76,12 @@ def test_a_request_becomes_a_chat_completions_body():
     settings, _ = parse_llm(GOOD, ENV)
     p, body = check_request(request(temperature=0.5), settings)
     assert p.name == "local"
-    assert body == {"model": "m1", "messages": [{"role": "user", "content": "hi"}],
-                    "max_tokens": 100, "temperature": 0.5}  # fmt: skip
+    assert body == {
+        "model": "m1",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 100,
+        "temperature": 0.5,
+    }
 
 
 @pytest.mark.parametrize(
@@ -96,16 +110,25 @@ def test_without_an_llm_section_requests_are_refused():
 
 
 def test_replies_are_parsed_and_usage_counted():
-    doc = {"model": "m1", "choices": [{"message": {"content": "yo"}, "finish_reason": "stop"}],
-           "usage": {"prompt_tokens": 3, "completion_tokens": 1}}  # fmt: skip
+    doc = {
+        "model": "m1",
+        "choices": [{"message": {"content": "yo"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
     assert reply_from_json(doc, "local") == {
-        "content": "yo", "model_id": "m1", "finish_reason": "stop",
+        "content": "yo",
+        "model_id": "m1",
+        "finish_reason": "stop",
         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-    }  # fmt: skip
+    }
     empty = reply_from_json({"choices": [{"message": {"content": None}}]}, "local")
     assert empty["content"] == "" and empty["usage"]["total_tokens"] == 0
-    for bad in ({}, {"choices": "x"}, {"choices": [{"message": "x"}]},
-                {"choices": [{"message": {"content": 3}}]}):  # fmt: skip
+    for bad in (
+        {},
+        {"choices": "x"},
+        {"choices": [{"message": "x"}]},
+        {"choices": [{"message": {"content": 3}}]},
+    ):
         with pytest.raises(ValueError):
             reply_from_json(bad, "local")
 
@@ -114,14 +137,17 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_pollers_yaml_accepts_an_llm_section_and_rejects_a_bad_one_with_its_line():
-    text = ("llm:\n  providers:\n    local:\n      base_url: http://127.0.0.1:1/v1\n"
-            "      api_key: ${KEY}\n      models: [m1]\n"
-            "pollers:\n  jobs: []\n")  # fmt: skip
+    text = (
+        "llm:\n  providers:\n    local:\n      base_url: http://127.0.0.1:1/v1\n"
+        "      api_key: ${KEY}\n      models: [m1]\n"
+        "pollers:\n  jobs: []\n"
+    )
     loaded = load_config(text, source="p.yaml", env=ENV, now=NOW, validators={})
     assert loaded.issues == []
     with pytest.raises(ConfigFileError) as info:
-        load_config(text.replace("${KEY}", "sk-literal"), source="p.yaml", env=ENV, now=NOW,
-                    validators={})  # fmt: skip
+        load_config(
+            text.replace("${KEY}", "sk-literal"), source="p.yaml", env=ENV, now=NOW, validators={}
+        )
     assert "p.yaml:5: llm.providers.local.api_key: must be one ${ENV_VAR} reference" in str(
         info.value
     )

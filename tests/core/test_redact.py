@@ -36,21 +36,28 @@ def test_docstring_example():
     ("secret", "text"),
     [
         # a token in a path, the URL shortened by the HTTP layer (scheme, host, path only)
-        ("https://api.example.org/bot123456:ABCdefGHIjkl/getUpdates?offset=1",
-         "https://api.example.org/bot123456:ABCdefGHIjkl/getUpdates: request failed (refused)"),
+        (
+            "https://api.example.org/bot123456:ABCdefGHIjkl/getUpdates?offset=1",
+            "https://api.example.org/bot123456:ABCdefGHIjkl/getUpdates: request failed (refused)",
+        ),
         # urllib3/requests error formats: host and path apart, query dropped
-        (SLACK, "HTTPSConnectionPool(host='hooks.slack.com', port=443): Max retries exceeded "
-                "with url: /services/T0A1B2C3D/B4E5F6G7H/xYz9SecretWebhookTok3n (Caused by "
-                "NewConnectionError('<urllib3.connection.HTTPSConnection object at 0x7f>: "
-                "Failed to establish a new connection: [Errno 111] Connection refused'))"),
+        (
+            SLACK,
+            "HTTPSConnectionPool(host='hooks.slack.com', port=443): Max retries exceeded "
+            "with url: /services/T0A1B2C3D/B4E5F6G7H/xYz9SecretWebhookTok3n (Caused by "
+            "NewConnectionError('<urllib3.connection.HTTPSConnection object at 0x7f>: "
+            "Failed to establish a new connection: [Errno 111] Connection refused'))",
+        ),
         # the host case-folded, the query dropped, the scheme dropped
         (FEED, "feeds.example.com/v1/tok-9f8e7d6c5b4a/items.json: timed out"),
         (FEED, "GET https://FEEDS.EXAMPLE.COM/V1/TOK-9F8E7D6C5B4A/ITEMS.JSON failed"),
         # the query alone, as a server might echo it
         (FEED, "400 Bad Request: unknown parameter api_key=Qk3yS3cretV4lue"),
         # a secret host name
-        ("https://Tenant-7Q2X-Private.example.net/feed",
-         "Failed to resolve 'tenant-7q2x-private.example.net' ([Errno -2] Name not known)"),
+        (
+            "https://Tenant-7Q2X-Private.example.net/feed",
+            "Failed to resolve 'tenant-7q2x-private.example.net' ([Errno -2] Name not known)",
+        ),
         # the path percent-decoded in the message …
         ("https://x.example/hook/a%2Fb%20T0kenValue42", "POST /hook/a/b T0kenValue42 -> 500"),
         # … or percent-encoded (lower- or upper-case hex) where the secret has it raw
@@ -64,7 +71,7 @@ def test_docstring_example():
         # truncated: what is left of it
         (SLACK, "…ervices/T0A1B2C3D/B4E5F6G"),
     ],
-)  # fmt: skip
+)
 def test_no_run_of_eight_chars_of_a_secret_survives(secret, text):
     assert leaks(text, secret), "the example must contain the secret in some form"
     clean = redact(text, frozenset({secret}))
@@ -133,11 +140,18 @@ def readings(text: str) -> set[str]:
     from urllib.parse import unquote_plus
 
     def json_unescape(t: str) -> str:
-        t = re.sub(r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})",
-                   lambda m: (chr(int(m[1], 16)) + chr(int(m[2], 16)))
-                   .encode("utf-16", "surrogatepass").decode("utf-16"), t)  # fmt: skip
-        return re.sub(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})",
-                      lambda m: chr(int(m[1] or m[2], 16)), t)  # fmt: skip
+        t = re.sub(
+            r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})",
+            lambda m: (
+                (chr(int(m[1], 16)) + chr(int(m[2], 16)))
+                .encode("utf-16", "surrogatepass")
+                .decode("utf-16")
+            ),
+            t,
+        )
+        return re.sub(
+            r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})", lambda m: chr(int(m[1] or m[2], 16)), t
+        )
 
     out = {text}
     for _ in range(2):
@@ -158,8 +172,9 @@ ENCODERS = {
     "pct": lambda c: "".join(f"%{b:02X}" for b in c.encode()),
     "pct-lower": lambda c: "".join(f"%{b:02x}" for b in c.encode()),
     "pct-twice": lambda c: "".join(f"%25{b:02X}" for b in c.encode()),
-    "json-u": lambda c: json.dumps(c, ensure_ascii=True)[1:-1] if ord(c) > 127 or c in '"\\'
-    else f"\\u{ord(c):04x}",
+    "json-u": lambda c: (
+        json.dumps(c, ensure_ascii=True)[1:-1] if ord(c) > 127 or c in '"\\' else f"\\u{ord(c):04x}"
+    ),
     "py-x": lambda c: f"\\x{ord(c):02x}" if ord(c) < 256 else c,
     "html-dec": lambda c: f"&#{ord(c)};",
     "html-hex": lambda c: f"&#x{ord(c):X};",

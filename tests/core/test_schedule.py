@@ -98,7 +98,7 @@ def test_every_answers_in_utc_for_any_aware_input() -> None:
 @pytest.mark.parametrize("every", [timedelta(0), timedelta(seconds=-1), 60])
 def test_every_must_be_a_positive_timedelta(every: object) -> None:
     with pytest.raises(ScheduleError, match="every must be a positive duration"):
-        EverySchedule(every)  # type: ignore[arg-type]
+        EverySchedule(every)
 
 
 @pytest.mark.parametrize(
@@ -471,7 +471,7 @@ def test_dict_form_accepts_what_yaml_gives() -> None:
 )
 def test_dict_form_rejects_bad_input(raw: object, message: str) -> None:
     with pytest.raises(ScheduleError, match=message):
-        schedule_from_dict(raw)  # type: ignore[arg-type]
+        schedule_from_dict(raw)
 
 
 # --- one strict path: pollers.yaml and the DB copy are read by the same function ---------

@@ -25,8 +25,9 @@ def test_a_known_healthy_job_runs_without_trial_or_cap():
     assert should_run(RunState(known=True), now=NOW, policy=POLICY) == Run()
 
 
-@pytest.mark.parametrize("state", [RunState(known=False), RunState(known=False, manual=True,
-                                                                   force=True, dry_run=True)])
+@pytest.mark.parametrize(
+    "state", [RunState(known=False), RunState(known=False, manual=True, force=True, dry_run=True)]
+)
 def test_an_unknown_job_is_skipped_whatever_was_asked(state):
     assert should_run(state, now=NOW, policy=POLICY) == Skip("unknown job")
 
@@ -62,10 +63,10 @@ def test_paused_is_told_before_breaker_open():
 
 
 def test_half_open_admits_one_trial_then_refuses_until_it_times_out():
-    assert should_run(RunState(known=True, health=HALF_OPEN), now=NOW,
-                      policy=POLICY) == Run(trial=NOW)  # fmt: skip
-    running = Health(consecutive_errors=3, open_until=NOW - 1 * S, trips=1,
-                     trial_started_at=NOW)  # fmt: skip
+    assert should_run(RunState(known=True, health=HALF_OPEN), now=NOW, policy=POLICY) == Run(
+        trial=NOW
+    )
+    running = Health(consecutive_errors=3, open_until=NOW - 1 * S, trips=1, trial_started_at=NOW)
     state = RunState(known=True, health=running)
     assert should_run(state, now=NOW + 30 * S, policy=POLICY) == Skip("breaker open")
     # the trial's worker is presumed dead: a new trial starts
@@ -78,11 +79,13 @@ def test_the_crash_cap_runs_the_tick_without_the_poller():
     at_cap = RunState(known=True, crash_count=3)
     assert should_run(at_cap, now=NOW, policy=POLICY) == Run(capped=True)
     # an unknown, paused or breaker-open job is skipped before the cap counts
-    assert should_run(RunState(known=True, paused=True, crash_count=5), now=NOW,
-                      policy=POLICY) == Skip("paused")  # fmt: skip
+    assert should_run(
+        RunState(known=True, paused=True, crash_count=5), now=NOW, policy=POLICY
+    ) == Skip("paused")
 
 
 def test_now_must_be_aware():
     with pytest.raises(ValueError):
-        should_run(RunState(known=True, health=HALF_OPEN), now=NOW.replace(tzinfo=None),
-                   policy=POLICY)  # fmt: skip
+        should_run(
+            RunState(known=True, health=HALF_OPEN), now=NOW.replace(tzinfo=None), policy=POLICY
+        )

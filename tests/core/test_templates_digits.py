@@ -60,9 +60,12 @@ def test_webhook_poll_template_with_odd_digit_is_rejected_at_load(digit):
         f'        message_template: "{{tags.{digit}}}"\n'
     )
     cfg = load_config(
-        text, source="p.yaml", env={}, now=datetime(2026, 1, 1, tzinfo=UTC),
+        text,
+        source="p.yaml",
+        env={},
+        now=datetime(2026, 1, 1, tzinfo=UTC),
         validators={"webhook_poll": WebhookPollPoller().validate},
-    )  # fmt: skip
+    )
     [issue] = cfg.issues
     assert (issue.path, issue.line) == ("jobs[j].config.message_template", 10)
     assert "non-ASCII digit" in issue.message

@@ -69,9 +69,12 @@ class Stack:
         return stack_env(self.redis_url, database_url(), str(self.config), **env)
 
     def worker(
-        self, name: str = "w1", prefix: list[str] | None = None, extra: tuple[str, ...] = (),
+        self,
+        name: str = "w1",
+        prefix: list[str] | None = None,
+        extra: tuple[str, ...] = (),
         **env: str,
-    ) -> CeleryProc:  # fmt: skip
+    ) -> CeleryProc:
         proc = CeleryProc("worker", self.env(**env), name, extra, prefix=prefix).start()
         self.procs.append(proc)
         return proc

@@ -37,24 +37,52 @@ def test_a_source_slower_than_gunicorns_timeout_is_a_202_then_a_result(stack, tm
 
     with TestHTTPServer() as source:
         source.route("GET", "/items", items)
-        stack.write([{
-            "id": "slow", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 3600},
-            "config": {"url": source.url("/items"), "items_path": "items",
-                       "message_template": "{title}", "allow_private_networks": True,
-                       "deliver": {"channel": "webhook", "to": "ops"}},
-        }])  # fmt: skip
+        stack.write(
+            [
+                {
+                    "id": "slow",
+                    "kind": "webhook_poll",
+                    "agent": "ana",
+                    "schedule": {"every_secs": 3600},
+                    "config": {
+                        "url": source.url("/items"),
+                        "items_path": "items",
+                        "message_template": "{title}",
+                        "allow_private_networks": True,
+                        "deliver": {"channel": "webhook", "to": "ops"},
+                    },
+                }
+            ]
+        )
         stack.reload()
         stack.worker()
         port = free_port()
-        env = stack.env(NEXOPOLL_API_TOKEN=TOKEN, NEXOPOLL_RUN_WAIT_SECS="1",
-                        DJANGO_SECRET_KEY="gunicorn-run-test-" + "k" * 40)  # fmt: skip
+        env = stack.env(
+            NEXOPOLL_API_TOKEN=TOKEN,
+            NEXOPOLL_RUN_WAIT_SECS="1",
+            DJANGO_SECRET_KEY="gunicorn-run-test-" + "k" * 40,
+        )
         log = tmp_path / "gunicorn.log"
         with open(log, "wb") as out:
             web = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "nexopoll.wsgi", "--bind",
-                 f"127.0.0.1:{port}", "--workers", "1", "--timeout", "3"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "nexopoll.wsgi",
+                    "--bind",
+                    f"127.0.0.1:{port}",
+                    "--workers",
+                    "1",
+                    "--timeout",
+                    "3",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         base, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {TOKEN}"}
         try:
             wait_for(lambda: _up(f"{base}/api/pollers", auth), 60, what="gunicorn up")
@@ -69,8 +97,13 @@ def test_a_source_slower_than_gunicorns_timeout_is_a_202_then_a_result(stack, tm
             assert r.status_code == 202, (r.status_code, r.text[:300])
             assert took < 3, took
             url = base + r.json()["status_url"]
-            done = wait_for(lambda: (b := requests.get(url, headers=auth, timeout=5).json())
-                            ["state"] == "done" and b, 30)  # fmt: skip
+            done = wait_for(
+                lambda: (
+                    (b := requests.get(url, headers=auth, timeout=5).json())["state"] == "done"
+                    and b
+                ),
+                30,
+            )
             assert done["result"]["committed"] and done["result"]["status"] == "ok"
             assert "WORKER TIMEOUT" not in log.read_text(errors="replace")
         finally:

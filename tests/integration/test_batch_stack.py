@@ -89,8 +89,11 @@ def test_row_52_a_stalled_batch_mate_holds_back_no_mate_and_fences_no_successor(
     stack.beat()
     wait_for(lambda: stack.redis.get(f"test:blocked:{stalled}"), 30, what="the stall begins")
     began = time.monotonic()
-    wait_for(lambda: all(len(stack.sink.item_ids(j)) >= 2 for j in mates), 15 * scale,
-             what="the mates' items delivered within 15 s of the stall")  # fmt: skip
+    wait_for(
+        lambda: all(len(stack.sink.item_ids(j)) >= 2 for j in mates),
+        15 * scale,
+        what="the mates' items delivered within 15 s of the stall",
+    )
     assert not stack.sink.item_ids(stalled)
     wait_clock(45 * scale - (time.monotonic() - began))  # the stall's length
     stack.redis.delete(f"test:hold:{stalled}", f"test:ignore_cancel:{stalled}")

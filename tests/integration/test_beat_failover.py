@@ -23,10 +23,12 @@ JOBS = 30  # phase-spread over the interval: about two slots due every second
 
 def spec(job_id: str) -> dict:
     return {
-        "id": job_id, "kind": "scripted", "agent": "ana",
+        "id": job_id,
+        "kind": "scripted",
+        "agent": "ana",
         "schedule": {"every_secs": EVERY, "stagger_jitter_ms": int(EVERY * 1000)},
         "config": {"deliver": {"channel": "webhook", "to": "ops"}},
-    }  # fmt: skip
+    }
 
 
 def holder_pid(stack) -> int | None:
@@ -66,8 +68,10 @@ def test_a_standby_beat_takes_over_within_the_lock_timeout_and_runs_missed_slots
     after = sorted(t for t in starts if t >= killed)
     before = max(t for t in starts if t < killed)
     outage = after[0] - max(before, killed)
-    print(f"\nbeat failover: dispatch stopped {outage:.2f} s after SIGKILL "
-          f"(lock timeout {LOCK_TIMEOUT:g} s)")  # fmt: skip
+    print(
+        f"\nbeat failover: dispatch stopped {outage:.2f} s after SIGKILL "
+        f"(lock timeout {LOCK_TIMEOUT:g} s)"
+    )
     assert outage < LOCK_TIMEOUT + 2
     # the slots that fell into the outage ran late, within the outage, not never
     late = [t for t in after if t < killed + outage + 1]

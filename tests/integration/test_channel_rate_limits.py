@@ -34,9 +34,10 @@ def run(stack, monkeypatch, binding: dict, jobs: list[dict], items: int) -> Test
     server.route("POST", f"/bot{TOKEN}/sendMessage", json_reply({"ok": True, "result": {}}))
     point_api(monkeypatch, "telegram", server.base_url)
     monkeypatch.setenv("TG_TOKEN", TOKEN)
-    doc = {"pollers": {"default_jitter_ms": 0, "jobs": jobs},
-           "agents": {"ana": {"telegram": {"account": "ana_bot", "token": "${TG_TOKEN}",
-                                           **binding}}}}  # fmt: skip
+    doc = {
+        "pollers": {"default_jitter_ms": 0, "jobs": jobs},
+        "agents": {"ana": {"telegram": {"account": "ana_bot", "token": "${TG_TOKEN}", **binding}}},
+    }
     stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert stack.reload().issues == []
     stack.worker("w1")
@@ -69,10 +70,13 @@ def test_one_chat_gets_at_most_one_message_per_second_across_two_workers(stack, 
 
 
 def test_one_bot_stays_under_its_rate_across_chats_and_workers(stack, monkeypatch):
-    jobs = [job(f"c{i}", every=3600, config={"deliver": {"channel": "telegram", "to": str(i)}})
-            for i in range(4)]  # fmt: skip
-    server = run(stack, monkeypatch, {"max_per_second": 5, "max_per_chat_per_second": 100},
-                 jobs, items=5)  # fmt: skip
+    jobs = [
+        job(f"c{i}", every=3600, config={"deliver": {"channel": "telegram", "to": str(i)}})
+        for i in range(4)
+    ]
+    server = run(
+        stack, monkeypatch, {"max_per_second": 5, "max_per_chat_per_second": 100}, jobs, items=5
+    )
     try:
         times = [r.at for r in server.requests]
         peak = most_in_one_second(times)

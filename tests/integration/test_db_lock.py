@@ -27,8 +27,12 @@ def db_locked():
         import psycopg
 
         s = connection.settings_dict
-        conn = psycopg.connect(host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432,
-                               user=s["USER"] or "postgres", dbname=s["NAME"])  # fmt: skip
+        conn = psycopg.connect(
+            host=s["HOST"] or "127.0.0.1",
+            port=s["PORT"] or 5432,
+            user=s["USER"] or "postgres",
+            dbname=s["NAME"],
+        )
         try:
             conn.execute("LOCK TABLE poll_state IN ACCESS EXCLUSIVE MODE")
             yield
@@ -56,8 +60,11 @@ def test_a_locked_db_fails_ticks_cleanly_and_they_catch_up_after_release(stack):
     failed_before = worker.text().count("tick.db_error")
     with db_locked():
         stack.publish("a", 2, 3)
-        wait_for(lambda: worker.text().count("tick.db_error") >= failed_before + 3, 30,
-                 what="ticks failing on the lock")  # fmt: skip
+        wait_for(
+            lambda: worker.text().count("tick.db_error") >= failed_before + 3,
+            30,
+            what="ticks failing on the lock",
+        )
         log = worker.text()
         assert "database is locked" in log or "lock timeout" in log
         assert stack.sink.item_ids("a") == [1]  # nothing sent while nothing committed

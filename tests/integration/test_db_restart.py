@@ -78,8 +78,14 @@ def cluster():
 
 
 def manage(env: dict[str, str], *args: str) -> str:
-    res = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 
@@ -120,15 +126,21 @@ def test_ticks_resume_after_postgresql_is_stopped_hard_and_restarted(
             down = time.monotonic()
             redis.rpush("test:src:a", 3, 4)
             # ticks keep coming on schedule and fail (classified, logged) while it is down
-            wait_for(lambda: procs[0].text().count("tick.db_error") >= 10, 40,
-                     what="failed ticks while PostgreSQL is down")  # fmt: skip
+            wait_for(
+                lambda: procs[0].text().count("tick.db_error") >= 10,
+                40,
+                what="failed ticks while PostgreSQL is down",
+            )
             assert not set(sink.item_ids("a")) & {3, 4}  # nothing sent before a commit
             assert "database unavailable" in procs[0].text()
             print(f"PostgreSQL down for {time.monotonic() - down:.1f} s")
             cluster.start()
             restarted = time.monotonic()
-            wait_for(lambda: set(sink.item_ids("a")) >= {3, 4}, RESUME_SECS,
-                     what="deliveries after the restart")  # fmt: skip
+            wait_for(
+                lambda: set(sink.item_ids("a")) >= {3, 4},
+                RESUME_SECS,
+                what="deliveries after the restart",
+            )
             print(f"resumed {time.monotonic() - restarted:.1f} s after the restart")
             assert cursor() == 4
             redis.rpush("test:src:a", 5)

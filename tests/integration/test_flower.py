@@ -35,8 +35,9 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     conf = FlowerSettings(basic_auth="ops:flower-pw-1", port=port)
     cmd, child_env = flower_command(conf, stack.env(), [])
     log = tempfile.TemporaryFile()
-    flower = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)  # fmt: skip
+    flower = subprocess.Popen(
+        cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _up(f"{base}/healthcheck"), 60, what="flower up")
@@ -76,8 +77,14 @@ def _up(url: str) -> bool:
 
 def test_launcher_refuses_to_start_without_credentials():
     env = {"PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "nexopoll.flower"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "nexopoll.flower"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "NEXOPOLL_FLOWER_BASIC_AUTH" in done.stderr
     cmd, child = flower_command(FlowerSettings(basic_auth="u:p"), {}, [])
     assert "--address=127.0.0.1" in cmd and child["FLOWER_BASIC_AUTH"] == "u:p"

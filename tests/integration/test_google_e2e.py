@@ -18,11 +18,13 @@ def write(stack, google, tmp_path, job: dict) -> None:
     binding = write_credentials(tmp_path, google)
     doc = {
         "pollers": {"default_jitter_ms": 0, "jobs": [job]},
-        "agents": {"ana": {
-            "webhook": {"url": stack.sink.url, "allow_private_networks": True},
-            "google": binding,
-        }},
-    }  # fmt: skip
+        "agents": {
+            "ana": {
+                "webhook": {"url": stack.sink.url, "allow_private_networks": True},
+                "google": binding,
+            }
+        },
+    }
     stack.config.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
     stack.env_extra["NEXOPOLL_GMAIL_API_BASE"] = google.url
     stack.env_extra["NEXOPOLL_GCAL_API_BASE"] = google.url + "/calendar/v3"
@@ -39,11 +41,16 @@ def test_gmail_delivers_each_mail_once_and_marks_it_read_after_commit(stack, tmp
         google.add_message(gmail_message("m1", subject="Pedido ñ 🚀", internal_date=1))
         google.add_message(gmail_message("m2", subject="second", internal_date=2))
         job = {
-            "id": "leads", "kind": "gmail", "agent": "ana",
+            "id": "leads",
+            "kind": "gmail",
+            "agent": "ana",
             "schedule": {"every_secs": 1, "stagger_jitter_ms": 0},
-            "config": {"query": "is:unread", "message_template": "{subject}",
-                       "deliver": {"channel": "webhook", "to": "ops"}},
-        }  # fmt: skip
+            "config": {
+                "query": "is:unread",
+                "message_template": "{subject}",
+                "deliver": {"channel": "webhook", "to": "ops"},
+            },
+        }
         write(stack, google, tmp_path, job)
         stack.worker()
         stack.beat()
@@ -66,10 +73,12 @@ def test_google_calendar_baseline_changes_and_410_rebaseline(stack, tmp_path):
     with FakeGoogle() as google:
         google.put_event("old", summary="Existing")
         job = {
-            "id": "cal", "kind": "google_calendar", "agent": "ana",
+            "id": "cal",
+            "kind": "google_calendar",
+            "agent": "ana",
             "schedule": {"every_secs": 1, "stagger_jitter_ms": 0},
             "config": {"deliver": {"channel": "webhook", "to": "ops"}},
-        }  # fmt: skip
+        }
         write(stack, google, tmp_path, job)
         stack.worker()
         stack.beat()

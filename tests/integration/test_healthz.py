@@ -33,8 +33,9 @@ def fresh_redis_client(monkeypatch):
     monkeypatch.setattr(rmod, "_sentinel", None)
 
 
-def test_healthy_with_beat_then_503_when_beat_stops(stack, settings, monkeypatch,
-                                                    fresh_redis_client):  # fmt: skip
+def test_healthy_with_beat_then_503_when_beat_stops(
+    stack, settings, monkeypatch, fresh_redis_client
+):
     monkeypatch.setenv("CANARY_SECRET", "hz-canary-secret-value")
     settings.NEXOPOLL_HEALTH_BEAT_MAX_AGE_SECS = 2.0
     stack.write([job("a", every=1)])

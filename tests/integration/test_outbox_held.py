@@ -23,8 +23,10 @@ def test_a_row_held_in_the_worker_is_sent_after_the_worker_is_fixed_and_reloaded
 ):
     monkeypatch.setenv("HOOK_SECRET", SECRET)  # the operator's shell has it; the worker not
     binding = {"url": stack.sink.url, "allow_private_networks": True, "secret": "${HOOK_SECRET}"}
-    doc = {"pollers": {"default_jitter_ms": 0, "jobs": [job("h", every=3600)]},
-           "agents": {"ana": {"webhook": binding}}}  # fmt: skip
+    doc = {
+        "pollers": {"default_jitter_ms": 0, "jobs": [job("h", every=3600)]},
+        "agents": {"ana": {"webhook": binding}},
+    }
     stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))
     stack.reload()
     without = {k: v for k, v in stack.env().items() if k != "HOOK_SECRET"}

@@ -121,12 +121,18 @@ def test_a_delivery_backlog_does_not_delay_ticks(stack):
     # beat's first dispatch of a new job is at its start, not on a slot: count from after
     wait_for(lambda: st.redis.llen("test:now:q") >= 1, 2 * EVERY + 10, what="q's first tick")
     ticks_before = st.redis.llen("test:now:q")
-    wait_for(lambda: st.redis.llen("test:now:q") >= ticks_before + 3, 4 * EVERY + 10,
-             interval=0.1, what="three ticks of q while the backlog drains")  # fmt: skip
+    wait_for(
+        lambda: st.redis.llen("test:now:q") >= ticks_before + 3,
+        4 * EVERY + 10,
+        interval=0.1,
+        what="three ticks of q while the backlog drains",
+    )
     left = st.redis.llen(queue)
     starts = [float(t) for t in st.redis.lrange("test:now:q", ticks_before, -1)]
     lags = [t % EVERY for t in starts]  # seconds after the slot (every slot: the count above)
-    print(f"backlog left {left}/{BACKLOG}; tick start lags {[round(x, 3) for x in lags]}; "
-          f"delivered {len(st.sink.hits)}")  # fmt: skip
+    print(
+        f"backlog left {left}/{BACKLOG}; tick start lags {[round(x, 3) for x in lags]}; "
+        f"delivered {len(st.sink.hits)}"
+    )
     assert left >= BACKLOG // 2, "the backlog drained too fast to show anything"
     assert all(lag < 1 for lag in lags), (lags, [datetime.fromtimestamp(t, UTC) for t in starts])

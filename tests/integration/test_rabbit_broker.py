@@ -65,10 +65,23 @@ def rstack(stack, rabbit_node):
 def queue_info(node: RabbitNode, queue: str = "nexopoll") -> dict:
     """``durable`` and ``type`` of a nexopoll queue, as the node reports them."""
     out = subprocess.run(
-        ["/usr/lib/rabbitmq/bin/rabbitmqctl", "-n", node.name,
-         "list_queues", "-q", "--no-table-headers", "name", "durable", "type"],
-        env=node.env(), capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+        [
+            "/usr/lib/rabbitmq/bin/rabbitmqctl",
+            "-n",
+            node.name,
+            "list_queues",
+            "-q",
+            "--no-table-headers",
+            "name",
+            "durable",
+            "type",
+        ],
+        env=node.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     for line in out.splitlines():
         name, durable, kind = line.split()
         if name == queue:
@@ -85,8 +98,11 @@ def test_ticks_single_and_batched_and_run_now_go_through_rabbitmq(rstack):
     rstack.worker(extra=("-E",))
     # batched publishing as soon as 3 ticks fall due together (six jobs every second)
     rstack.beat(NEXOPOLL_BATCH_MIN="3")
-    wait_for(lambda: all(len(rstack.sink.item_ids(f"j{i}")) >= 2 for i in range(6)), 60,
-             what="every job's items delivered over RabbitMQ")  # fmt: skip
+    wait_for(
+        lambda: all(len(rstack.sink.item_ids(f"j{i}")) >= 2 for i in range(6)),
+        60,
+        what="every job's items delivered over RabbitMQ",
+    )
     for i in range(6):
         assert_no_loss_dup_safe(rstack.sink, f"j{i}", [1, 2])
     assert f"transport:   amqp://guest:**@127.0.0.1:{rstack.rabbit.port}" in rstack.procs[0].text()
@@ -95,15 +111,30 @@ def test_ticks_single_and_batched_and_run_now_go_through_rabbitmq(rstack):
         assert queue_info(rstack.rabbit, queue) == {"durable": True, "type": "quorum"}
 
     # run-now, from another process configured the same way (the web's path)
-    out = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); from nexopoll import runs; "
-         "print(runs.start('j0'))"],
-        cwd=ROOT, env=rstack.env(), capture_output=True, text=True, timeout=60, check=True,
-    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    out = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import django; django.setup(); from nexopoll import runs; print(runs.start('j0'))",
+            ],
+            cwd=ROOT,
+            env=rstack.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     from django_celery_results.models import TaskResult
 
-    wait_for(lambda: TaskResult.objects.filter(task_id=out, status="SUCCESS").exists(), 30,
-             what="the run-now task succeeded on the worker")  # fmt: skip
+    wait_for(
+        lambda: TaskResult.objects.filter(task_id=out, status="SUCCESS").exists(),
+        30,
+        what="the run-now task succeeded on the worker",
+    )
 
 
 def test_the_outbox_sweeper_queues_pending_rows_over_rabbitmq(rstack):
@@ -134,23 +165,30 @@ def test_flower_sees_task_events_over_rabbitmq(rstack):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**rstack.env(), "NEXOPOLL_FLOWER_BASIC_AUTH": "ops:pw-1",
-           "NEXOPOLL_FLOWER_PORT": str(port)}  # fmt: skip
+    env = {
+        **rstack.env(),
+        "NEXOPOLL_FLOWER_BASIC_AUTH": "ops:pw-1",
+        "NEXOPOLL_FLOWER_PORT": str(port),
+    }
     cmd, child_env = flower_command(env, [])
     log = tempfile.TemporaryFile()
-    flower = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)  # fmt: skip
+    flower = subprocess.Popen(
+        cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         rstack.beat()  # a tick a second: Flower sees them once its receiver is up
 
         def tick_succeeded() -> bool:
             try:
-                r = requests.get(f"http://127.0.0.1:{port}/api/tasks", auth=("ops", "pw-1"),
-                                 timeout=5)  # fmt: skip
+                r = requests.get(
+                    f"http://127.0.0.1:{port}/api/tasks", auth=("ops", "pw-1"), timeout=5
+                )
             except requests.RequestException:
                 return False
-            return r.ok and any(t.get("name") == "nexopoll.tick" and t.get("state") == "SUCCESS"
-                                for t in r.json().values())  # fmt: skip
+            return r.ok and any(
+                t.get("name") == "nexopoll.tick" and t.get("state") == "SUCCESS"
+                for t in r.json().values()
+            )
 
         wait_for(tick_succeeded, 60, interval=0.5, what="flower saw a tick succeed")
     finally:
@@ -183,12 +221,17 @@ def test_broker_sigkill_and_restart_loses_no_item(rstack):
     rstack.rabbit.start()
     before = len(rstack.sink.items())
     feed(16, 21)
-    wait_for(lambda: len(rstack.sink.items()) > before, 30,
-             what="deliveries resumed within 30 s of the restart")  # fmt: skip
+    wait_for(
+        lambda: len(rstack.sink.items()) > before,
+        30,
+        what="deliveries resumed within 30 s of the restart",
+    )
     resumed = time.monotonic() - restarted
-    wait_for(lambda: all(set(items) <= set(rstack.sink.item_ids(j))
-                         for j, items in published.items()), 90,
-             what="every item delivered")  # fmt: skip
+    wait_for(
+        lambda: all(set(items) <= set(rstack.sink.item_ids(j)) for j, items in published.items()),
+        90,
+        what="every item delivered",
+    )
     for j, items in published.items():
         assert_no_loss_dup_safe(rstack.sink, j, items)
     assert resumed < 30

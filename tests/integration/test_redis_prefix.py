@@ -25,11 +25,21 @@ def other_deployment(stack, tmp_path, prefix: str) -> dict[str, str]:
         "agents": {"ana": {"webhook": {"url": stack.sink.url, "allow_private_networks": True}}},
     }
     config.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = stack_env(stack.redis_url, f"sqlite:///{tmp_path / 'other.sqlite3'}", str(config),
-                    NEXOPOLL_REDIS_PREFIX=prefix)  # fmt: skip
+    env = stack_env(
+        stack.redis_url,
+        f"sqlite:///{tmp_path / 'other.sqlite3'}",
+        str(config),
+        NEXOPOLL_REDIS_PREFIX=prefix,
+    )
     for args in (("migrate", "--noinput", "-v", "0"), ("pollers", "reload")):
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
     return env
 
@@ -46,8 +56,13 @@ def test_two_prefixes_share_one_redis(stack, tmp_path):
     stack.procs += procs
     worker_b, beat_b = procs
     wait_for(lambda: stack.ticks("a1") >= 2 and stack.ticks("b1") >= 2, 60, what="both tick")
-    wait_for(lambda: set(stack.sink.item_ids("a1")) == {1, 2}
-             and set(stack.sink.item_ids("b1")) == {7, 8}, 30, what="both deliver")  # fmt: skip
+    wait_for(
+        lambda: (
+            set(stack.sink.item_ids("a1")) == {1, 2} and set(stack.sink.item_ids("b1")) == {7, 8}
+        ),
+        30,
+        what="both deliver",
+    )
 
     r = stack.redis
     # each worker ran its own deployment's ticks only
@@ -65,7 +80,9 @@ def test_two_prefixes_share_one_redis(stack, tmp_path):
     ticks_b = r.hkeys("other:metrics:ticks")
     assert any("a1" in k for k in ticks_a) and not any("b1" in k for k in ticks_a)
     assert any("b1" in k for k in ticks_b) and not any("a1" in k for k in ticks_b)
-    assert r.exists("other:unacked_mutex") or r.exists("other:_kombu.binding.celeryev") or any(
-        k.startswith("other:_kombu") for k in r.scan_iter("other:*")
+    assert (
+        r.exists("other:unacked_mutex")
+        or r.exists("other:_kombu.binding.celeryev")
+        or any(k.startswith("other:_kombu") for k in r.scan_iter("other:*"))
     )  # kombu's own keys of B are under its prefix too
     assert beat_a.proc.poll() is None and beat_b.proc.poll() is None

@@ -136,15 +136,25 @@ def test_row55_one_bot_at_30_per_second_under_burst_with_a_worker_300s_fast(stac
             },
             "agents": {"ana": {"telegram": {"account": "ana_bot", "token": "${TG_TOKEN}"}}},
         }
-        stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))  # fmt: skip
+        stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))
         assert stack.reload().issues == []
         threads = ("-P", "threads", "-c", "16")  # as in production: many sends at once
         w1 = stack.worker("w1", extra=threads)
         w2 = stack.worker("w2", prefix=prefix, extra=threads)
         now = dbclock.now()
-        rows = [Delivery(job_id="r55", agent="ana", epoch=1, channel="telegram",
-                         recipient=str(1000 + i), payload={"text": f"burst {i}"},
-                         next_attempt_at=now, created_at=now) for i in range(60)]  # fmt: skip
+        rows = [
+            Delivery(
+                job_id="r55",
+                agent="ana",
+                epoch=1,
+                channel="telegram",
+                recipient=str(1000 + i),
+                payload={"text": f"burst {i}"},
+                next_attempt_at=now,
+                created_at=now,
+            )
+            for i in range(60)
+        ]
         Delivery.objects.bulk_create(rows)
         ids = [str(r.id) for r in rows]
         started = time.time()
@@ -158,8 +168,10 @@ def test_row55_one_bot_at_30_per_second_under_burst_with_a_worker_300s_fast(stac
         took = time.time() - started
         times = sorted(r.at for r in server.requests)
         peak = max(bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times))
-        print(f"row 55: {len(times)} sends in {times[-1] - times[0]:.2f} s, peak {peak}/s, "
-              f"all sent {took:.1f} s after enqueue")  # fmt: skip
+        print(
+            f"row 55: {len(times)} sends in {times[-1] - times[0]:.2f} s, peak {peak}/s, "
+            f"all sent {took:.1f} s after enqueue"
+        )
         assert len(times) == 60  # each once
         # promptly: 2 s at 30/s; a re-queued row's eta in the fast worker's clock was held
         # ~30 s here by the other worker (until the sweeper), 300 s without a sweeper

@@ -92,9 +92,11 @@ def test_row59_primary_killed_sentinel_promotes_and_every_client_follows(sentine
     delivery_resumed = time.monotonic() - promoted
     wait_for(lambda: delivered(st, range(1, 7)), scaled(60), 0.2, what="items 4-6 of every job")
     everything = time.monotonic() - promoted
-    print(f"failover: promoted {promoted - killed:.1f} s after the kill (port {old} -> {new}); "
-          f"first tick {tick_resumed:.1f} s, first delivery {delivery_resumed:.1f} s, "
-          f"all items {everything:.1f} s after the promotion")  # fmt: skip
+    print(
+        f"failover: promoted {promoted - killed:.1f} s after the kill (port {old} -> {new}); "
+        f"first tick {tick_resumed:.1f} s, first delivery {delivery_resumed:.1f} s, "
+        f"all items {everything:.1f} s after the promotion"
+    )
     assert tick_resumed <= RESUME_SECS and delivery_resumed <= RESUME_SECS
 
     # exactly one beat dispatches from now on

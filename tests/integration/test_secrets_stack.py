@@ -28,16 +28,28 @@ def test_worker_log_and_db_hold_no_secret_of_failing_urls(stack, monkeypatch):
         monkeypatch.setenv(name, value)
         stack.env_extra[name] = value
     doc = {
-        "pollers": {"breaker_threshold": 1, "default_jitter_ms": 0, "jobs": [{
-            "id": "w", "kind": "webhook_poll", "agent": "ana",
-            "schedule": {"every_secs": 1, "stagger_jitter_ms": 0},
-            "config": {"url": "${FEED_URL}", "items_path": "items", "message_template": "{t}",
-                       "deliver": {"channel": "webhook", "to": "ops"},
-                       "allow_private_networks": True},
-            "failure_to": {"channel": "webhook", "to": "oncall"},
-        }]},
+        "pollers": {
+            "breaker_threshold": 1,
+            "default_jitter_ms": 0,
+            "jobs": [
+                {
+                    "id": "w",
+                    "kind": "webhook_poll",
+                    "agent": "ana",
+                    "schedule": {"every_secs": 1, "stagger_jitter_ms": 0},
+                    "config": {
+                        "url": "${FEED_URL}",
+                        "items_path": "items",
+                        "message_template": "{t}",
+                        "deliver": {"channel": "webhook", "to": "ops"},
+                        "allow_private_networks": True,
+                    },
+                    "failure_to": {"channel": "webhook", "to": "oncall"},
+                }
+            ],
+        },
         "agents": {"ana": {"webhook": {"url": "${HOOK_URL}", "allow_private_networks": True}}},
-    }  # fmt: skip
+    }
     stack.config.write_text(yaml.safe_dump(doc, sort_keys=False))
     stack.reload()
     worker = stack.worker()

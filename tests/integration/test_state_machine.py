@@ -347,11 +347,15 @@ class Pipeline(RuleBasedStateMachine):
         t = threading.Thread(target=batch)
         t.start()
         try:
-            wait_for(lambda: r.get(f"test:blocked:{mate}") or not t.is_alive(), 20,
-                     what="the mate hangs")  # fmt: skip
+            wait_for(
+                lambda: r.get(f"test:blocked:{mate}") or not t.is_alive(), 20, what="the mate hangs"
+            )
             if r.get(f"test:blocked:{mate}"):  # it hangs: the job's tick must not wait for it
-                wait_for(lambda: r.llen(list_key(job)) > entries, 20,
-                         what="the job's tick ended beside its stalled mate")  # fmt: skip
+                wait_for(
+                    lambda: r.llen(list_key(job)) > entries,
+                    20,
+                    what="the job's tick ended beside its stalled mate",
+                )
                 assert t.is_alive() and not r.exists(lease_key(job))
         finally:
             r.delete(f"test:hold:{mate}", f"test:ignore_cancel:{mate}")
@@ -359,7 +363,6 @@ class Pipeline(RuleBasedStateMachine):
         assert not t.is_alive()
         mine = [x for x in result["r"] if x.job_id == job]
         assert mine and not mine[0].takeover, result["r"]
-
 
     # --- leases and fencing: lost Redis replies, operator writes mid-tick ------------
     @rule()
@@ -448,6 +451,7 @@ class Pipeline(RuleBasedStateMachine):
             assert s.paused
         if verb == "reset":
             assert s.cursor is None and s.consecutive_errors == 0
+
     # --- invariants -------------------------------------------------------------
     def _generation(self, epoch: int) -> int:
         return sum(1 for e in self.reset_epochs if e <= epoch)

@@ -23,21 +23,39 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
         port = s.getsockname()[1]
     env = {
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "NEXOPOLL_DATA_DIR": str(tmp_path), "DJANGO_DEBUG": "0",
+        "NEXOPOLL_DATA_DIR": str(tmp_path),
+        "DJANGO_DEBUG": "0",
         "DJANGO_SECRET_KEY": "static-test-" + "k" * 40,
         "NEXOPOLL_CONFIG": str(tmp_path / "none.yaml"),
         "REDIS_URL": "redis://127.0.0.1:1/0",
-    }  # fmt: skip
-    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT,
-                   env=env, check=True, timeout=120)  # fmt: skip
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
     assert (tmp_path / "static" / "admin" / "css" / "base.css").exists()
     assert (tmp_path / "static" / "admin_ext" / "nexopoll.css").exists()
     log = tempfile.TemporaryFile()
     web = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "nexopoll.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "nexopoll.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _get(f"{base}/admin/login/"), 60, what="gunicorn up")

@@ -29,8 +29,16 @@ def test_every_dashboard_series_is_exported(cfg, redis_client):  # noqa: F811
     exported = {name for name, _labels in scrape()}
     doc = json.loads(DASHBOARD.read_text())
     titles = {p["title"] for p in doc["panels"]}
-    assert {"Beat dispatch lag", "Ticks by status", "Breaker states",
-            "Deliveries by channel and status"} <= titles  # fmt: skip
-    used = {m for p in doc["panels"] for t in p["targets"]
-            for m in re.findall(r"\bpoller_[a-z_]+", t["expr"])}  # fmt: skip
+    assert {
+        "Beat dispatch lag",
+        "Ticks by status",
+        "Breaker states",
+        "Deliveries by channel and status",
+    } <= titles
+    used = {
+        m
+        for p in doc["panels"]
+        for t in p["targets"]
+        for m in re.findall(r"\bpoller_[a-z_]+", t["expr"])
+    }
     assert used and used <= exported, used - exported

@@ -23,9 +23,27 @@ from tests.runtime.conftest import scripted
 from .test_metrics import cfg, get, samples, scrape  # noqa: F401 (fixture)
 
 FULLWIDTH = "\uff4c\uff41\uff42\uff45\uff4c"  # "label" in fullwidth letters
-BAD_LABELS = ["__name__", "__meta", "le", "quantile", "job", "instance", "job_id", "kind",
-              "name", "agent", "1abc", "a-b", "a.b", "a b", "é", FULLWIDTH, "", "a\n",
-              "x" * 101]  # fmt: skip
+BAD_LABELS = [
+    "__name__",
+    "__meta",
+    "le",
+    "quantile",
+    "job",
+    "instance",
+    "job_id",
+    "kind",
+    "name",
+    "agent",
+    "1abc",
+    "a-b",
+    "a.b",
+    "a b",
+    "é",
+    FULLWIDTH,
+    "",
+    "a\n",
+    "x" * 101,
+]
 BAD_NAMES = ["", "1abc", "a-b", "a b", "é", "m\n", "m{x}", "x" * 101, 7, None]
 
 
@@ -61,8 +79,10 @@ def test_good_names_pass_and_values_are_never_refused():
     h.metric_inc("pages_fetched:total", status="404", _private="x", Source="rss", n=3)
     h.metric_inc("m", v="x" * 10_000)
     h.metric_inc("m", v="a\ud800b")  # a lone surrogate, which UTF-8 cannot carry
-    assert ("pages_fetched:total", (("Source", "rss"), ("_private", "x"), ("n", "3"),
-                                    ("status", "404"))) in h.metric_counts  # fmt: skip
+    assert (
+        "pages_fetched:total",
+        (("Source", "rss"), ("_private", "x"), ("n", "3"), ("status", "404")),
+    ) in h.metric_counts
     assert ("m", (("v", "x" * 100),)) in h.metric_counts
     assert ("m", (("v", "a?b"),)) in h.metric_counts
 
@@ -73,8 +93,10 @@ def test_a_refused_label_fails_the_tick_as_a_config_error_and_the_scrape_stays_r
 ):
     cfg.write([scripted("m")])
     cfg.reload()
-    calls = [{"name": "ok_total", "labels": {"source": "a"}},
-             {"name": "bad", "labels": {"__name__": "evil"}}]  # fmt: skip
+    calls = [
+        {"name": "ok_total", "labels": {"source": "a"}},
+        {"name": "bad", "labels": {"__name__": "evil"}},
+    ]
     redis_client.rpush("test:metric:m", *map(json.dumps, calls))
     report = tick_job("m", now=timezone.now())
     assert report.status == "permanent"  # a config error: the job is paused
@@ -91,8 +113,13 @@ def test_values_with_newlines_quotes_backslashes_and_unicode_are_escaped(
 ):
     cfg.write([scripted("v")])
     cfg.reload()
-    values = {"nl": "a\nb", "q": 'say "hi"', "bs": "C:\\dir\\", "uni": "ünï 🚀 中文",
-              "long": "y" * 5000}  # fmt: skip
+    values = {
+        "nl": "a\nb",
+        "q": 'say "hi"',
+        "bs": "C:\\dir\\",
+        "uni": "ünï 🚀 中文",
+        "long": "y" * 5000,
+    }
     redis_client.rpush(
         "test:metric:v", *(json.dumps({"name": "m", "labels": {k: v}}) for k, v in values.items())
     )
@@ -101,8 +128,10 @@ def test_values_with_newlines_quotes_backslashes_and_unicode_are_escaped(
     assert 'nl="a\\nb"' in text and 'q="say \\"hi\\""' in text and 'bs="C:\\\\dir\\\\"' in text
     data = samples(text)
     for k, v in values.items():
-        assert get(data, "poller_metric_total", job_id="v", kind="scripted", name="m",
-                   **{k: v[:100]}) == 1  # fmt: skip
+        assert (
+            get(data, "poller_metric_total", job_id="v", kind="scripted", name="m", **{k: v[:100]})
+            == 1
+        )
 
 
 def scrape_text() -> str:

@@ -55,8 +55,9 @@ def test_values_past_the_label_cap_are_dropped_and_counted(cfg, redis_client):  
     tick_job("a", now=timezone.now())
     data = scrape()
     assert len(series(data, "hits", "a")) == 100
-    assert get(data, "poller_metric_total", job_id="a", kind="scripted", name="hits",
-               user="u0") == 2  # fmt: skip
+    assert (
+        get(data, "poller_metric_total", job_id="a", kind="scripted", name="hits", user="u0") == 2
+    )
     assert get(data, "nexopoll_metric_series_dropped_total", job_id="a", metric="hits") == 51
 
 
@@ -80,8 +81,9 @@ def test_the_series_cap_per_job_bounds_new_names_too(cfg, redis_client, settings
     cfg.reload()
     redis_client.rpush("test:metric:n", *calls("known", [{"k": str(i)} for i in range(4)]))
     redis_client.rpush("test:metric:n", *calls("known", [{"k": str(i)} for i in range(4, 8)]))
-    redis_client.rpush("test:metric:n", *[json.dumps({"name": f"item_{i}", "labels": {}})
-                                          for i in range(20)])  # fmt: skip
+    redis_client.rpush(
+        "test:metric:n", *[json.dumps({"name": f"item_{i}", "labels": {}}) for i in range(20)]
+    )
     tick_job("n", now=timezone.now())
     data = scrape()
     stored = [k for (s, k) in data if s == "poller_metric_total" and ("job_id", "n") in k]
@@ -98,8 +100,10 @@ def test_series_stored_before_the_caps_are_capped_by_the_scrape(cfg, redis_clien
     data = scrape()
     kept = series(data, "hits", "old")
     assert len(kept) == 100
-    assert frozenset({("user", "u000"), ("job_id", "old"), ("kind", "scripted"),
-                      ("name", "hits")}) in kept  # fmt: skip
+    assert (
+        frozenset({("user", "u000"), ("job_id", "old"), ("kind", "scripted"), ("name", "hits")})
+        in kept
+    )
     assert get(data, "nexopoll_metric_series_skipped", reason="over_limit") == 30
     assert get(data, "nexopoll_metric_series_skipped", reason="invalid") == 0
 

@@ -61,11 +61,14 @@ def test_the_seven_series_after_known_ticks(cfg, redis_client):
     lease.release(redis_client, held)
 
     data = scrape()
-    ticks = {s: get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id="a", status=s)
-             for s in ("ok", "transient", "permanent", "skipped")}  # fmt: skip
+    ticks = {
+        s: get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id="a", status=s)
+        for s in ("ok", "transient", "permanent", "skipped")
+    }
     assert ticks == {"ok": 2, "transient": 1, "permanent": 1, "skipped": 1}
-    b_skip = get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id="b",
-                 status="skipped")  # fmt: skip
+    b_skip = get(
+        data, "poller_ticks_total", kind="scripted", agent="ana", job_id="b", status="skipped"
+    )
     assert b_skip == 1
     assert get(data, "poller_items_seen_total", kind="scripted", job_id="a") == 7
     assert get(data, "poller_items_dispatched_total", kind="scripted", job_id="a") == 4
@@ -121,8 +124,15 @@ def test_deliveries_by_channel_and_status_and_outbox_gauges(cfg, redis_client):
     report = tick_job("d", now=timezone.now())
     delivery.deliver_rows(report.delivery_ids, clock=timezone.now)
     now = timezone.now()
-    common = {"job_id": "d", "agent": "ana", "epoch": 1, "recipient": "x", "payload": {},
-              "next_attempt_at": now, "created_at": now}  # fmt: skip
+    common = {
+        "job_id": "d",
+        "agent": "ana",
+        "epoch": 1,
+        "recipient": "x",
+        "payload": {},
+        "next_attempt_at": now,
+        "created_at": now,
+    }
     Delivery.objects.create(channel="log", status="dead", **common)
     Delivery.objects.create(channel="log", status="pending", **common)
     data = scrape()

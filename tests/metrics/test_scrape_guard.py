@@ -33,7 +33,10 @@ def test_bad_stored_series_are_skipped_and_counted(cfg, redis_client):  # noqa: 
     cfg.reload()
     good = ms.poller_field("j", "pages", [("source", "rss")])
     bad_poller = [
-        "not json", "[]", '["j", "m"]', '{"a": 1}',
+        "not json",
+        "[]",
+        '["j", "m"]',
+        '{"a": 1}',
         json.dumps(["j", "m", [["__name__", "evil"]]]),
         json.dumps(["j", "m", [["le", "1"]]]),
         json.dumps(["j", "m", [["job", "x"]]]),
@@ -44,24 +47,33 @@ def test_bad_stored_series_are_skipped_and_counted(cfg, redis_client):  # noqa: 
         json.dumps(["j", "m", [[f"l{i}", "v"] for i in range(9)]]),
         json.dumps(["j", "m", [["a", 5]]]),
         json.dumps([5, "m", []]),
-    ]  # fmt: skip
+    ]
     redis_client.hset(ms.POLLER, mapping={good: 3, **{f: 1 for f in bad_poller}})
     redis_client.hset(ms.POLLER, ms.poller_field("j", "counted", [("a", "b")]), "NaN-ish")
     redis_client.hset(ms.POLLER, b'["j","bytes",[["a","\xff\xfe"]]]', 1)  # not UTF-8
     redis_client.hset(ms.TICKS, mapping={f"j{ms.SEP}ok": 2, f"j{ms.SEP}transient": "x"})
-    redis_client.hset(ms.LATENCY, mapping={f"j{ms.SEP}0": 1, f"j{ms.SEP}zz": 1,
-                                           f"j{ms.SEP}99": 1, f"j{ms.SEP}sum": 5})  # fmt: skip
+    redis_client.hset(
+        ms.LATENCY,
+        mapping={f"j{ms.SEP}0": 1, f"j{ms.SEP}zz": 1, f"j{ms.SEP}99": 1, f"j{ms.SEP}sum": 5},
+    )
     redis_client.hset(ms.SEEN, "j", "lots")
     redis_client.hset(ms.BEAT_LAG, mapping={"0": 1, "huh": 2})
     redis_client.hset(ms.POLLER_DROPPED, mapping={'["j","m"]': 4, "garbage": 1})
 
     data = samples(scrape_text())
-    assert get(data, "poller_metric_total", job_id="j", kind="scripted", name="pages",
-               source="rss") == 3  # fmt: skip
-    assert get(data, "poller_metric_total", job_id="j", kind="scripted", name="bytes",
-               a="\ufffd\ufffd") == 1  # fmt: skip
-    assert get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id="j",
-               status="ok") == 2  # fmt: skip
+    assert (
+        get(data, "poller_metric_total", job_id="j", kind="scripted", name="pages", source="rss")
+        == 3
+    )
+    assert (
+        get(
+            data, "poller_metric_total", job_id="j", kind="scripted", name="bytes", a="\ufffd\ufffd"
+        )
+        == 1
+    )
+    assert (
+        get(data, "poller_ticks_total", kind="scripted", agent="ana", job_id="j", status="ok") == 2
+    )
     assert get(data, "poller_latency_ms_count", kind="scripted", job_id="j") == 1
     assert get(data, "poller_beat_dispatch_lag_seconds_count") == 1
     assert get(data, "nexopoll_metric_series_dropped_total", job_id="j", metric="m") == 4
@@ -80,24 +92,40 @@ def test_a_secret_in_a_label_value_is_masked_in_redis_and_on_metrics(
     monkeypatch,
 ):
     monkeypatch.setenv("API_KEY", SECRET)
-    cfg.write([scripted("s", config={"deliver": {"channel": "log", "to": "ops"},
-                                     "key": "${API_KEY}"})])  # fmt: skip
+    cfg.write(
+        [scripted("s", config={"deliver": {"channel": "log", "to": "ops"}, "key": "${API_KEY}"})]
+    )
     cfg.reload()
-    labels = [{"url": f"https://api.example.com/v1?key={SECRET}"}, {"key": SECRET},
-              {"key": SECRET.upper()}, {"enc": quote(f"k={SECRET}", safe="")}]  # fmt: skip
-    redis_client.rpush("test:metric:s", *(json.dumps({"name": "calls", "labels": lab})
-                                          for lab in labels))  # fmt: skip
+    labels = [
+        {"url": f"https://api.example.com/v1?key={SECRET}"},
+        {"key": SECRET},
+        {"key": SECRET.upper()},
+        {"enc": quote(f"k={SECRET}", safe="")},
+    ]
+    redis_client.rpush(
+        "test:metric:s", *(json.dumps({"name": "calls", "labels": lab}) for lab in labels)
+    )
     assert tick_job("s", now=timezone.now()).status == "ok"
     stored = json.dumps(redis_client.hgetall(ms.POLLER))
     assert SECRET[:8] not in stored and SECRET.upper()[:8] not in stored
     text = scrape_text()
     assert "hk_live_" not in text.lower()
     data = samples(text)
-    assert get(data, "poller_metric_total", job_id="s", kind="scripted", name="calls",
-               url="https://api.example.com/v1?key=***") == 1  # fmt: skip
+    assert (
+        get(
+            data,
+            "poller_metric_total",
+            job_id="s",
+            kind="scripted",
+            name="calls",
+            url="https://api.example.com/v1?key=***",
+        )
+        == 1
+    )
     # the two spellings of the secret mask to the same value: one series, summed
-    assert get(data, "poller_metric_total", job_id="s", kind="scripted", name="calls",
-               key="***") == 2  # fmt: skip
+    assert (
+        get(data, "poller_metric_total", job_id="s", kind="scripted", name="calls", key="***") == 2
+    )
 
 
 def test_a_secret_stored_before_masking_existed_is_masked_by_the_scrape(
@@ -114,5 +142,14 @@ def test_a_secret_stored_before_masking_existed_is_masked_by_the_scrape(
     redis_client.hset(ms.POLLER, ms.poller_field("old", "posts", [("to", f"/{SECRET}")]), 5)
     text = scrape_text()
     assert SECRET[:8] not in text
-    assert get(samples(text), "poller_metric_total", job_id="old", kind="scripted",
-               name="posts", to="***") == 5  # fmt: skip
+    assert (
+        get(
+            samples(text),
+            "poller_metric_total",
+            job_id="old",
+            kind="scripted",
+            name="posts",
+            to="***",
+        )
+        == 5
+    )

@@ -22,9 +22,19 @@ N = 10_000
 def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
     ids = [f"job{i:05d}" for i in range(N)]
     PollJob.objects.bulk_create(
-        [PollJob(job_id=j, kind="scripted", agent="ana", schedule={"every_secs": 60}, config={},
-                 definition_hash="h") for j in ids], batch_size=1000,
-    )  # fmt: skip
+        [
+            PollJob(
+                job_id=j,
+                kind="scripted",
+                agent="ana",
+                schedule={"every_secs": 60},
+                config={},
+                definition_hash="h",
+            )
+            for j in ids
+        ],
+        batch_size=1000,
+    )
     PollState.objects.bulk_create([PollState(job_id=j) for j in ids], batch_size=1000)
     logredact.register({f"secret-value-{i:04d}" for i in range(50)})
     poller = {("pages", (("source", "rss"),)): 2, ("errors", (("code", "404"),)): 1}
@@ -50,12 +60,20 @@ def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
 def test_scrape_of_a_hundred_thousand_stored_series_of_one_job(cfg, redis_client):  # noqa: F811
     """Series an older version stored without caps (550,000 used to time the scrape out):
     the scrape shows what the caps allow and skips the rest, mostly unread."""
-    PollJob.objects.create(job_id="big", kind="scripted", agent="ana",
-                           schedule={"every_secs": 60}, config={}, definition_hash="h")  # fmt: skip
+    PollJob.objects.create(
+        job_id="big",
+        kind="scripted",
+        agent="ana",
+        schedule={"every_secs": 60},
+        config={},
+        definition_hash="h",
+    )
     n = 100_000
     for start in range(0, n, 25_000):
-        fields = {metricstore.poller_field("big", "hits", [("user", f"u{i:06d}")]): 1
-                  for i in range(start, start + 25_000)}  # fmt: skip
+        fields = {
+            metricstore.poller_field("big", "hits", [("user", f"u{i:06d}")]): 1
+            for i in range(start, start + 25_000)
+        }
         redis_client.hset(metricstore.POLLER, mapping=fields)
     started, cpu = time.monotonic(), time.process_time()
     response = Client().get("/metrics")

@@ -81,9 +81,14 @@ def test_without_a_registered_source_the_defaults_apply(monkeypatch) -> None:
 def test_a_channel_send_with_a_bad_base_fails_permanently_without_a_request(monkeypatch):
     point_api(monkeypatch, "telegram", "telegram.internal:8080")  # no scheme
     message = OutboundMessage(
-        delivery_id="d-1", job_id="j", agent="ana", channel="telegram", recipient="42",
-        payload={"text": "hi"}, attempt=1,
-    )  # fmt: skip
+        delivery_id="d-1",
+        job_id="j",
+        agent="ana",
+        channel="telegram",
+        recipient="42",
+        payload={"text": "hi"},
+        attempt=1,
+    )
     binding = {"account": "bot", "token": "111:AAAA-token"}
     with pytest.raises(PermanentError, match="NEXOPOLL_TELEGRAM_API_BASE must be an http"):
         get_channel("telegram").send(message, binding, deadline_secs=5)
@@ -99,10 +104,15 @@ def test_a_gmail_tick_with_a_bad_base_fails_permanently(monkeypatch, tmp_path):
             return {"token_path": str(token)}
 
     ctx = PollContext(
-        job_id="g", agent_id="ana", kind="gmail",
-        config={"deliver": {"channel": "log", "to": "ops"}}, cursor=None,
-        now=datetime(2026, 1, 1, tzinfo=UTC), interval_hint=timedelta(seconds=60),
-        cancel=CancelToken(deadline=time.monotonic() + 10), host=Host(),
-    )  # fmt: skip
+        job_id="g",
+        agent_id="ana",
+        kind="gmail",
+        config={"deliver": {"channel": "log", "to": "ops"}},
+        cursor=None,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        interval_hint=timedelta(seconds=60),
+        cancel=CancelToken(deadline=time.monotonic() + 10),
+        host=Host(),
+    )
     with pytest.raises(PermanentError, match="NEXOPOLL_GMAIL_API_BASE must be an http"):
         GmailPoller().tick(ctx)

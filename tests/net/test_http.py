@@ -65,7 +65,7 @@ def test_fetch_returns_status_headers_body_and_final_url(srv) -> None:
     assert (resp.status, resp.body, resp.url) == (200, b'{"a": 1}', srv.url("/j"))
     assert resp.headers["x-thing"] == resp.headers["X-THING"] == "yes"
     with pytest.raises(TypeError):
-        resp.headers["X-Thing"] = "no"  # type: ignore[index]
+        resp.headers["X-Thing"] = "no"
 
 
 def test_loopback_is_refused_without_an_exemption(srv) -> None:

@@ -25,7 +25,7 @@ def raw_server() -> Iterator[type[RawServer]]:
         servers.append(RawServer(raw))
         return servers[-1]
 
-    yield make  # type: ignore[misc]
+    yield make
     for server in servers:
         server.close()
 

@@ -22,10 +22,17 @@ MISBEHAVE = HERE / "misbehave.py"
 SECRET = "s3cr3t-token-value"
 
 
-def manifest_text(plugin_id: str, kinds: list[str], *, lifecycle: str = "long_lived",
-                  command: str = "{python}", args: list[str] | None = None,
-                  env: dict[str, str] | None = None, max_concurrent: int = 4,
-                  timeout: int = 10) -> str:  # fmt: skip
+def manifest_text(
+    plugin_id: str,
+    kinds: list[str],
+    *,
+    lifecycle: str = "long_lived",
+    command: str = "{python}",
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    max_concurrent: int = 4,
+    timeout: int = 10,
+) -> str:
     args = [str(MISBEHAVE)] if args is None else args
     env_line = ", ".join(f'{k} = "{v}"' for k, v in (env or {}).items())
     return (
@@ -75,18 +82,30 @@ class RecordingHost:
         return {"content": "hello", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
 
 
-def make_ctx(kind: str, config: dict | None = None, *, cursor: bytes | None = None,
-             host: Any = None, deadline: float = 30.0) -> PollContext:  # fmt: skip
+def make_ctx(
+    kind: str,
+    config: dict | None = None,
+    *,
+    cursor: bytes | None = None,
+    host: Any = None,
+    deadline: float = 30.0,
+) -> PollContext:
     return PollContext(
-        job_id="job1", agent_id="ana", kind=kind, config=config or {}, cursor=cursor,
-        now=datetime(2026, 1, 1, tzinfo=UTC), interval_hint=timedelta(seconds=60),
+        job_id="job1",
+        agent_id="ana",
+        kind=kind,
+        config=config or {},
+        cursor=cursor,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        interval_hint=timedelta(seconds=60),
         cancel=CancelToken(deadline=time.monotonic() + deadline),
         host=host if host is not None else RecordingHost(),
-    )  # fmt: skip
+    )
 
 
-OPTIONS = Options(limits=Limits(max_line_bytes=1 << 20), restart_base_secs=0.2,
-                  restart_cap_secs=1.0)  # fmt: skip
+OPTIONS = Options(
+    limits=Limits(max_line_bytes=1 << 20), restart_base_secs=0.2, restart_cap_secs=1.0
+)
 
 
 @pytest.fixture

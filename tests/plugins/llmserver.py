@@ -23,12 +23,22 @@ def chat(content: str | None = "Hello from the model", *, key: str = KEY) -> Any
         prompt = sum(len(m["content"].split()) for m in doc["messages"])
         completion = len((content or "").split())
         reply = {
-            "id": "chatcmpl-1", "object": "chat.completion", "model": doc["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
-        }  # fmt: skip
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": doc["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
         return 200, {"Content-Type": "application/json"}, json.dumps(reply).encode()
 
     return handle
@@ -37,11 +47,15 @@ def chat(content: str | None = "Hello from the model", *, key: str = KEY) -> Any
 def llm_yaml(server: TestHTTPServer, *, cap: int = 1000, timeout: int = 2) -> dict:
     return {
         "max_tokens_cap": cap,
-        "providers": {"local": {
-            "base_url": server.url("/v1"), "api_key": "${TEST_LLM_KEY}",
-            "models": ["tiny-1", "tiny-2"], "timeout_secs": timeout,
-        }},
-    }  # fmt: skip
+        "providers": {
+            "local": {
+                "base_url": server.url("/v1"),
+                "api_key": "${TEST_LLM_KEY}",
+                "models": ["tiny-1", "tiny-2"],
+                "timeout_secs": timeout,
+            }
+        },
+    }
 
 
 def requests_to(server: TestHTTPServer) -> list[dict]:

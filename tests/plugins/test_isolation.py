@@ -54,12 +54,25 @@ HOLDER = textwrap.dedent("""
 
 def holder(harden: bool, **popen) -> subprocess.Popen:
     """A process with CANARY in its environment and memory (a nexopoll one, or not)."""
-    env = {"PATH": os.defpath, "PYTHONPATH": str(REPO), "DJANGO_SECRET_KEY": CANARY,
-           "NEXOPOLL_API_TOKEN": CANARY}  # fmt: skip
+    env = {
+        "PATH": os.defpath,
+        "PYTHONPATH": str(REPO),
+        "DJANGO_SECRET_KEY": CANARY,
+        "NEXOPOLL_API_TOKEN": CANARY,
+    }
     proc = subprocess.Popen(
-        [popen.pop("python", sys.executable), "-c", HOLDER, "harden" if harden else "plain",
-         CANARY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **popen,
-    )  # fmt: skip
+        [
+            popen.pop("python", sys.executable),
+            "-c",
+            HOLDER,
+            "harden" if harden else "plain",
+            CANARY,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        **popen,
+    )
     assert proc.stdout.readline() == b"ready\n"
     return proc
 
@@ -119,8 +132,7 @@ def test_57_plugin_reads_no_nexopoll_process(plugin, holders, lifecycle):
 def test_57_plugin_user_runs_the_plugin_as_that_user(plugin, holders):
     options = Options(limits=Limits(user="nobody"), restart_base_secs=0.2, restart_cap_secs=1)
     worker, control = holders(harden=True), holders(harden=False)
-    p = plugin(lifecycle="ephemeral", options=options, command="/usr/bin/python3",
-               env=PLUGIN_ENV)  # fmt: skip
+    p = plugin(lifecycle="ephemeral", options=options, command="/usr/bin/python3", env=PLUGIN_ENV)
     report = snoop(p, [worker, control])
     assert report["uid"] == 65534
     assert not found(report), report
@@ -128,8 +140,10 @@ def test_57_plugin_user_runs_the_plugin_as_that_user(plugin, holders):
         assert denied(report, pid), report
 
 
-@pytest.mark.skipif(not ROOT or not os.path.exists("/usr/bin/python3"),
-                    reason="runs a worker as nobody: needs root and a system python")  # fmt: skip
+@pytest.mark.skipif(
+    not ROOT or not os.path.exists("/usr/bin/python3"),
+    reason="runs a worker as nobody: needs root and a system python",
+)
 def test_57_a_worker_that_is_not_root_keeps_its_plugins_out_too(holders):
     """A whole worker as ``nobody``: its plugin runs as nobody as well (same uid), and
     reads neither the worker nor another nexopoll process of that uid."""
@@ -151,8 +165,12 @@ def test_57_a_worker_that_is_not_root_keeps_its_plugins_out_too(holders):
             lifecycle = "ephemeral"
         """)
         )
-        as_nobody = {"user": 65534, "group": 65534, "extra_groups": [],
-                     "python": "/usr/bin/python3"}  # fmt: skip
+        as_nobody = {
+            "user": 65534,
+            "group": 65534,
+            "extra_groups": [],
+            "python": "/usr/bin/python3",
+        }
         other, control = holders(harden=True, **as_nobody), holders(harden=False, **as_nobody)
         script = textwrap.dedent(f"""
             import json, os, sys, time
@@ -175,11 +193,22 @@ def test_57_a_worker_that_is_not_root_keeps_its_plugins_out_too(holders):
             proc.stop()
             print(json.dumps({{"me": os.getpid(), "report": json.loads(ack.next_cursor)}}))
         """)
-        env = {"PATH": os.defpath, "PYTHONPATH": f"{REPO}:{site}", "HOME": str(shared),
-               "DJANGO_SECRET_KEY": CANARY}  # fmt: skip
-        out = subprocess.run(["/usr/bin/python3", "-c", script], env=env, cwd=str(shared),
-                             user=65534, group=65534, extra_groups=[], capture_output=True,
-                             timeout=60)  # fmt: skip
+        env = {
+            "PATH": os.defpath,
+            "PYTHONPATH": f"{REPO}:{site}",
+            "HOME": str(shared),
+            "DJANGO_SECRET_KEY": CANARY,
+        }
+        out = subprocess.run(
+            ["/usr/bin/python3", "-c", script],
+            env=env,
+            cwd=str(shared),
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr.decode()[-3000:]
         result = json.loads(out.stdout.decode().splitlines()[-1])
         report, worker = result["report"], result["me"]
@@ -235,8 +264,11 @@ def test_58_a_timed_out_tree_with_a_daemon_is_killed_whole(plugin, tmp_path):
     with pytest.raises(PluginTimeout):
         p.tick(make_ctx("misbehave", {"mode": "hang", "pidfile": str(tmp_path / "hang")}))
     leader, grandchild = map(int, (tmp_path / "hang").read_text().split())
-    wait_for(lambda: all(gone(x) for x in (leader, grandchild, *_daemons(pidfile))), 5,
-             what="whole tree gone")  # fmt: skip
+    wait_for(
+        lambda: all(gone(x) for x in (leader, grandchild, *_daemons(pidfile))),
+        5,
+        what="whole tree gone",
+    )
 
 
 def test_58_no_wait_on_pipe_eof_when_the_launcher_itself_is_killed(plugin, tmp_path):

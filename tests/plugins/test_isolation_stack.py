@@ -52,16 +52,26 @@ for what in ("environ", "maps", "mem"):
 
 
 def probe(pid: int) -> dict[str, str]:
-    out = subprocess.run([*CAPLESS, sys.executable, "-c", PROBE, str(pid), CANARY],
-                         capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    out = subprocess.run(
+        [*CAPLESS, sys.executable, "-c", PROBE, str(pid), CANARY],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()}
 
 
 def started(cmd: list[str], env: dict[str, str], ready: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [*CAPLESS, *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [*CAPLESS, *cmd],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stdout:  # up to the "ready" line the process prints when it is up
         if line.strip() == ready:
             return proc
@@ -69,8 +79,9 @@ def started(cmd: list[str], env: dict[str, str], ready: str) -> subprocess.Popen
 
 
 def test_57_every_nexopoll_process_is_closed_to_a_same_uid_plugin(stack):
-    env = stack.env(DJANGO_SECRET_KEY=CANARY, NEXOPOLL_API_TOKEN=CANARY,
-                    NEXOPOLL_METRICS_TOKEN=CANARY)  # fmt: skip
+    env = stack.env(
+        DJANGO_SECRET_KEY=CANARY, NEXOPOLL_API_TOKEN=CANARY, NEXOPOLL_METRICS_TOKEN=CANARY
+    )
     stack.write([])
     stack.reload()
     stack.env_extra.update(DJANGO_SECRET_KEY=CANARY, NEXOPOLL_API_TOKEN=CANARY)  # worker, beat
@@ -79,8 +90,13 @@ def test_57_every_nexopoll_process_is_closed_to_a_same_uid_plugin(stack):
     stack.procs.append(beat)
     port = _free_port()
     cmd, flower_env = flower_command(FlowerSettings(basic_auth="ops:pw", port=port), env, [])
-    flower = subprocess.Popen([*CAPLESS, *cmd], cwd=ROOT, env=flower_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    flower = subprocess.Popen(
+        [*CAPLESS, *cmd],
+        cwd=ROOT,
+        env=flower_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(lambda: psutil.Process(worker.proc.pid).children(), 30, what="pool child")
     (child,) = psutil.Process(worker.proc.pid).children()
     hold = "import sys; print('ready', flush=True); sys.stdin.read()"
@@ -91,8 +107,13 @@ def test_57_every_nexopoll_process_is_closed_to_a_same_uid_plugin(stack):
     }
     try:
         wait_for(lambda: _listening(port), 60, what="flower up")
-        pids = {"worker": worker.proc.pid, "pool child": child.pid, "beat": beat.proc.pid,
-                "flower": flower.pid, **{k: p.pid for k, p in others.items()}}  # fmt: skip
+        pids = {
+            "worker": worker.proc.pid,
+            "pool child": child.pid,
+            "beat": beat.proc.pid,
+            "flower": flower.pid,
+            **{k: p.pid for k, p in others.items()},
+        }
         seen = {name: probe(pid) for name, pid in pids.items()}
         assert seen.pop("control")["environ"] == "FOUND", "the probe cannot read a plain process"
         for name, result in seen.items():

@@ -29,9 +29,14 @@ def test_cursor_round_trips_and_delivery_reaches_the_host(plugin, lifecycle):
 @pytest.mark.parametrize("lifecycle", LIFECYCLES)
 @pytest.mark.parametrize(
     ("code", "cls"),
-    [(-32001, TransientError), (-32002, PermanentError), (-32602, ConfigError),
-     (-32601, ConfigError), (-32603, TransientError)],
-)  # fmt: skip
+    [
+        (-32001, TransientError),
+        (-32002, PermanentError),
+        (-32602, ConfigError),
+        (-32601, ConfigError),
+        (-32603, TransientError),
+    ],
+)
 def test_error_codes_map_to_error_classes(plugin, lifecycle, code, cls):
     p = plugin(lifecycle=lifecycle)
     with pytest.raises(cls) as info:

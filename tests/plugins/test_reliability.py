@@ -159,8 +159,19 @@ def test_44_plugin_sees_only_allowlisted_and_manifest_env(plugin, lifecycle, mon
     env = json.loads(ack.next_cursor)
     assert env["MY_SETTING"] == "given"
     assert env["NEXOPOLL_PLUGIN_ID"] == "mis"
-    allowed = {"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
-               "MY_SETTING", "NEXOPOLL_PLUGIN_ID", "NEXOPOLL_PLUGIN_LIFECYCLE"}  # fmt: skip
+    allowed = {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "MY_SETTING",
+        "NEXOPOLL_PLUGIN_ID",
+        "NEXOPOLL_PLUGIN_LIFECYCLE",
+    }
     # the interpreter itself may add LC_CTYPE; nothing else from the worker leaks
     assert set(env) <= allowed, set(env) - allowed
     assert "REDIS_URL" not in env and "DATABASE_URL" not in env

@@ -31,8 +31,13 @@ def setup(tmp_path, settings, redis_client, transactional_db):
 
 
 def plugin_job(job_id: str, every: float = 60, **config) -> dict:
-    return {"id": job_id, "kind": "misbehave", "agent": "ana",
-            "schedule": {"every_secs": every}, "config": config}  # fmt: skip
+    return {
+        "id": job_id,
+        "kind": "misbehave",
+        "agent": "ana",
+        "schedule": {"every_secs": every},
+        "config": config,
+    }
 
 
 def started(probe) -> threading.Event:

@@ -16,12 +16,14 @@ SDK_PLUGIN = [str(HERE / "sdk_plugin.py")]
 
 @pytest.mark.parametrize(
     ("mode", "cls", "text"),
-    [("transient", TransientError, "sdk says transient"),
-     ("permanent", PermanentError, "sdk says permanent"),
-     ("config", ConfigError, "sdk says config"),
-     ("crash", TransientError, "unexpected bug in the plugin"),
-     ("creds", PermanentError, "no telegram")],
-)  # fmt: skip
+    [
+        ("transient", TransientError, "sdk says transient"),
+        ("permanent", PermanentError, "sdk says permanent"),
+        ("config", ConfigError, "sdk says config"),
+        ("crash", TransientError, "unexpected bug in the plugin"),
+        ("creds", PermanentError, "no telegram"),
+    ],
+)
 def test_sdk_errors_map_to_runtime_classes(plugin, mode, cls, text):
     p = plugin(lifecycle="ephemeral", args=SDK_PLUGIN)
     with pytest.raises(cls, match=text) as info:

@@ -43,8 +43,11 @@ def state(job_id: str) -> PollState:
 def plugins(stack, tmp_path, settings):
     d = tmp_path / "plugins"
     settings.NEXOPOLL_PLUGINS_DIR = str(d)
-    stack.env_extra.update(NEXOPOLL_PLUGINS_DIR=str(d), NEXOPOLL_PLUGIN_RESTART_BASE_SECS="0.2",
-                           NEXOPOLL_PLUGIN_RESTART_CAP_SECS="1")  # fmt: skip
+    stack.env_extra.update(
+        NEXOPOLL_PLUGINS_DIR=str(d),
+        NEXOPOLL_PLUGIN_RESTART_BASE_SECS="0.2",
+        NEXOPOLL_PLUGIN_RESTART_CAP_SECS="1",
+    )
     reset_registry()
     yield d
     reset_registry()
@@ -57,14 +60,16 @@ def test_plugin_jobs_through_worker_and_beat(stack, plugins, tmp_path, lifecycle
         write_plugin(plugins, name, [f"mis_{name}"], lifecycle=lifecycle, timeout=1)
     mode_file, pidfile = tmp_path / "mode", tmp_path / "pids"
     codes = {"e_transient": -32001, "e_permanent": -32002, "e_config": -32602, "e_method": -32601}
-    stack.write([
-        job("count", "mis_good", {"deliver": HOOK}),
-        *[job(j, "mis_good", {"mode": "error", "code": c}) for j, c in codes.items()],
-        job("fails_after_deliver", "mis_good", {"mode": "deliver_fail", "deliver": HOOK}),
-        job("crashy", "mis_crash", {"deliver": HOOK, "mode_file": str(mode_file)}),
-        job("hang", "mis_hang", {"mode": "hang", "pidfile": str(pidfile)}, every=2),
-        job("huge", "mis_huge", {"mode": "huge", "mb": 10}, every=2),
-    ])  # fmt: skip
+    stack.write(
+        [
+            job("count", "mis_good", {"deliver": HOOK}),
+            *[job(j, "mis_good", {"mode": "error", "code": c}) for j, c in codes.items()],
+            job("fails_after_deliver", "mis_good", {"mode": "deliver_fail", "deliver": HOOK}),
+            job("crashy", "mis_crash", {"deliver": HOOK, "mode_file": str(mode_file)}),
+            job("hang", "mis_hang", {"mode": "hang", "pidfile": str(pidfile)}, every=2),
+            job("huge", "mis_huge", {"mode": "huge", "mb": 10}, every=2),
+        ]
+    )
     res = stack.reload()
     assert not res.issues, res.issues
     stack.worker()
@@ -100,14 +105,20 @@ def test_plugin_jobs_through_worker_and_beat(stack, plugins, tmp_path, lifecycle
     mode_file.write_text("segv")
     wait_for(lambda: "SIGSEGV" in (state("crashy").last_error or ""), 60, what="crash recorded")
     before = int(bytes(state("crashy").cursor))
-    wait_for(lambda: set(range(1, before + 1)) <= set(stack.sink.item_ids("crashy")), 30,
-             what="committed items delivered")  # fmt: skip
+    wait_for(
+        lambda: set(range(1, before + 1)) <= set(stack.sink.item_ids("crashy")),
+        30,
+        what="committed items delivered",
+    )
     assert max(stack.sink.item_ids("crashy")) <= before + 1  # a crashed tick committed nothing
     mode_file.unlink()
     wait_for(lambda: int(bytes(state("crashy").cursor)) >= before + 2, 60, what="heals")
     final = int(bytes(state("crashy").cursor))
-    wait_for(lambda: set(range(1, final + 1)) <= set(stack.sink.item_ids("crashy")), 30,
-             what="every crashy item delivered")  # fmt: skip
+    wait_for(
+        lambda: set(range(1, final + 1)) <= set(stack.sink.item_ids("crashy")),
+        30,
+        what="every crashy item delivered",
+    )
     assert_no_loss_dup_safe(stack.sink, "crashy", list(range(1, final + 1)))
     assert stack.procs[0].proc.poll() is None  # the worker survived all of it
 
@@ -130,8 +141,7 @@ def completed_spans(events: list[list[str]]) -> list[tuple[float, float]]:
 def test_max_concurrent_ticks_holds_across_two_worker_processes(
     stack, plugins, tmp_path, lifecycle
 ):
-    write_plugin(plugins, "solo", ["solo_kind"], lifecycle=lifecycle, max_concurrent=1,
-                 timeout=20)  # fmt: skip
+    write_plugin(plugins, "solo", ["solo_kind"], lifecycle=lifecycle, max_concurrent=1, timeout=20)
     probe = tmp_path / "probe"
     cfg = {"mode": "slow", "secs": 0.4, "probe": str(probe)}
     stack.write([job(f"s{i}", "solo_kind", cfg) for i in range(4)])
@@ -157,9 +167,8 @@ def test_max_concurrent_ticks_holds_across_two_worker_processes(
     spans = completed_spans(events)
     assert len(spans) >= 10
     overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
-    assert not overlaps, (
-        f"max_concurrent_ticks=1 exceeded: {overlaps}\n{text}\n"
-        + "\n".join(p.text()[-3000:] for p in stack.procs)
+    assert not overlaps, f"max_concurrent_ticks=1 exceeded: {overlaps}\n{text}\n" + "\n".join(
+        p.text()[-3000:] for p in stack.procs
     )
     if lifecycle == "long_lived":  # one plugin process per worker process, both busy
         pids = {int(pid) for _, pid, _ in events}

@@ -25,9 +25,16 @@ def test_cursor_is_url_safe_base64_without_padding():
 
 
 def test_tick_request_envelope():
-    params = jsonrpc.tick_params(tick_id="7", kind="rss", job_id="j", agent_id="ana",
-                                 cursor=b"hello", config={"k": 1}, now="2026-05-17T10:00:00+00:00",
-                                 interval_hint_secs=300)  # fmt: skip
+    params = jsonrpc.tick_params(
+        tick_id="7",
+        kind="rss",
+        job_id="j",
+        agent_id="ana",
+        cursor=b"hello",
+        config={"k": 1},
+        now="2026-05-17T10:00:00+00:00",
+        interval_hint_secs=300,
+    )
     msg = json.loads(jsonrpc.request(7, "poll_tick", params))
     assert msg == {
         "jsonrpc": "2.0",
@@ -48,9 +55,19 @@ def test_tick_request_envelope():
 
 
 def test_success_reply_decodes_to_an_ack():
-    msg = decode(line({"jsonrpc": "2.0", "id": 3, "result": {
-        "next_cursor": "d29ybGQ", "next_interval_secs": 120,
-        "metrics": {"items_seen": 5, "items_dispatched": 2}}}))  # fmt: skip
+    msg = decode(
+        line(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "result": {
+                    "next_cursor": "d29ybGQ",
+                    "next_interval_secs": 120,
+                    "metrics": {"items_seen": 5, "items_dispatched": 2},
+                },
+            }
+        )
+    )
     ack = ack_from_result(msg.result, "p")
     assert ack.next_cursor == b"world" and ack.next_interval_hint.total_seconds() == 120
     assert (ack.items_seen, ack.items_dispatched) == (5, 2)
@@ -60,10 +77,16 @@ def test_success_reply_decodes_to_an_ack():
 
 @pytest.mark.parametrize(
     ("code", "cls"),
-    [(-32001, TransientError), (-32002, PermanentError), (-32602, ConfigError),
-     (-32601, ConfigError), (-32603, TransientError), (-32700, TransientError),
-     (1, TransientError)],
-)  # fmt: skip
+    [
+        (-32001, TransientError),
+        (-32002, PermanentError),
+        (-32602, ConfigError),
+        (-32601, ConfigError),
+        (-32603, TransientError),
+        (-32700, TransientError),
+        (1, TransientError),
+    ],
+)
 def test_error_reply_is_never_taken_for_a_success(code, cls):
     msg = decode(line({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": "nope"}}))
     assert msg.result is None and msg.error == {"code": code, "message": "nope"}
@@ -105,9 +128,17 @@ def test_malformed_lines_are_protocol_errors(raw, why):
 
 @pytest.mark.parametrize(
     "result",
-    [[], {"next_cursor": "aGVsbG8="}, {"next_interval_secs": -1}, {"next_interval_secs": True},
-     {"metrics": {"items_seen": -1}}, {"metrics": []}, {"surprise": 1}, {"notice": 3}],
-)  # fmt: skip
+    [
+        [],
+        {"next_cursor": "aGVsbG8="},
+        {"next_interval_secs": -1},
+        {"next_interval_secs": True},
+        {"metrics": {"items_seen": -1}},
+        {"metrics": []},
+        {"surprise": 1},
+        {"notice": 3},
+    ],
+)
 def test_malformed_results_are_protocol_errors(result):
     with pytest.raises(ProtocolError):
         ack_from_result(result, "p")

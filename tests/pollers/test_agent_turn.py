@@ -55,11 +55,16 @@ def host(key: str = KEY) -> TickHost:
 
 def ctx(h: TickHost, cursor: bytes | None = None, **over) -> PollContext:
     return PollContext(
-        job_id="turn", agent_id="ana", kind="agent_turn", config={**CONFIG, **over},
-        cursor=cursor, now=datetime(2026, 3, 1, 8, tzinfo=UTC),
-        interval_hint=timedelta(hours=1), cancel=CancelToken(deadline=time.monotonic() + 30),
+        job_id="turn",
+        agent_id="ana",
+        kind="agent_turn",
+        config={**CONFIG, **over},
+        cursor=cursor,
+        now=datetime(2026, 3, 1, 8, tzinfo=UTC),
+        interval_hint=timedelta(hours=1),
+        cancel=CancelToken(deadline=time.monotonic() + 30),
         host=h,
-    )  # fmt: skip
+    )
 
 
 def test_a_turn_asks_the_model_and_delivers_its_answer(server, llm_config):
@@ -79,8 +84,13 @@ def test_a_turn_asks_the_model_and_delivers_its_answer(server, llm_config):
     assert (ack.items_seen, ack.items_dispatched) == (1, 1)
     # token usage is counted in the job's state (the cursor), across turns
     ack2 = AgentTurnPoller().tick(ctx(host(), cursor=ack.next_cursor))
-    assert json.loads(ack2.next_cursor) == {"v": 1, "turns": 2, "prompt_tokens": 28,
-                                            "completion_tokens": 4, "total_tokens": 32}  # fmt: skip
+    assert json.loads(ack2.next_cursor) == {
+        "v": 1,
+        "turns": 2,
+        "prompt_tokens": 28,
+        "completion_tokens": 4,
+        "total_tokens": 32,
+    }
 
 
 @pytest.mark.parametrize("content", ["", "   ", None])

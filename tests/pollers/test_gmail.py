@@ -72,14 +72,20 @@ def test_bad_config_is_rejected_with_the_field(config, path, words):
 
 
 def test_seed_example_config_is_accepted():
-    GmailPoller().validate({
-        "query": "is:unread subject:(lead OR interesado)", "newer_than": "1d",
-        "max_per_tick": 20, "dispatch_delay_ms": 1000, "sender_allowlist": ["@mycompany.com"],
-        "extract": {"name": "Nombre:\\s*(.+)", "phone": "Tel:\\s*(\\+?\\d+)"},
-        "require_fields": ["name", "phone"],
-        "message_template": "New lead 🚨 {name} — {phone}\n{snippet}",
-        "mark_read_on_dispatch": True, "deliver": {"channel": "whatsapp", "to": "57300"},
-    })  # fmt: skip
+    GmailPoller().validate(
+        {
+            "query": "is:unread subject:(lead OR interesado)",
+            "newer_than": "1d",
+            "max_per_tick": 20,
+            "dispatch_delay_ms": 1000,
+            "sender_allowlist": ["@mycompany.com"],
+            "extract": {"name": "Nombre:\\s*(.+)", "phone": "Tel:\\s*(\\+?\\d+)"},
+            "require_fields": ["name", "phone"],
+            "message_template": "New lead 🚨 {name} — {phone}\n{snippet}",
+            "mark_read_on_dispatch": True,
+            "deliver": {"channel": "whatsapp", "to": "57300"},
+        }
+    )
 
 
 # --- cursor and dedup -----------------------------------------------------------------
@@ -123,9 +129,11 @@ def test_list_pages_past_seen_mail_to_find_new_mail(google, binding):
 
 
 def test_extract_from_body_then_snippet_require_fields_and_utf8_template(google, binding):
-    google.add_message(gmail_message(
-        "a", subject="Señal ñandú 🚨", body="Nombre: José Ñúñez\nTel: +573001",
-        internal_date=1))  # fmt: skip
+    google.add_message(
+        gmail_message(
+            "a", subject="Señal ñandú 🚨", body="Nombre: José Ñúñez\nTel: +573001", internal_date=1
+        )
+    )
     google.add_message(
         gmail_message(
             "b", body="<no fields in the body>", snippet="Nombre: Zoë Tel: 42", internal_date=2
@@ -152,21 +160,39 @@ def test_extract_from_body_then_snippet_require_fields_and_utf8_template(google,
 def test_multipart_quoted_printable_latin1_and_html_fallback(google, binding):
     # Gmail serves the part already decoded from quoted-printable (the header stays)
     qp = "Nombre: Müller café\nTel: 99\n".encode("latin-1")
-    multipart = {"mimeType": "multipart/mixed", "parts": [
-        {"mimeType": "multipart/alternative", "parts": [
-            text_part(qp, "text/plain", Content_Type='text/plain; charset="ISO-8859-1"',
-                      Content_Transfer_Encoding="quoted-printable"),
-            text_part("<p>ignored</p>", "text/html"),
-        ]},
-        {"mimeType": "application/pdf", "filename": "a.pdf", "body": {"attachmentId": "x"}},
-    ]}  # fmt: skip
-    html_only = {"mimeType": "multipart/alternative", "parts": [text_part(
-        "<html><style>p{}</style><p>Nombre: Ana &amp; Eva</p><p>Tel: 7</p></html>",
-        "text/html")]}  # fmt: skip
+    multipart = {
+        "mimeType": "multipart/mixed",
+        "parts": [
+            {
+                "mimeType": "multipart/alternative",
+                "parts": [
+                    text_part(
+                        qp,
+                        "text/plain",
+                        Content_Type='text/plain; charset="ISO-8859-1"',
+                        Content_Transfer_Encoding="quoted-printable",
+                    ),
+                    text_part("<p>ignored</p>", "text/html"),
+                ],
+            },
+            {"mimeType": "application/pdf", "filename": "a.pdf", "body": {"attachmentId": "x"}},
+        ],
+    }
+    html_only = {
+        "mimeType": "multipart/alternative",
+        "parts": [
+            text_part(
+                "<html><style>p{}</style><p>Nombre: Ana &amp; Eva</p><p>Tel: 7</p></html>",
+                "text/html",
+            )
+        ],
+    }
     google.add_message(gmail_message("qp", body=multipart, snippet="x", internal_date=1))
     google.add_message(gmail_message("h", body=html_only, snippet="x", internal_date=2))
-    config = {"extract": {"name": "Nombre:\\s*(.+)", "phone": "Tel:\\s*(\\d+)"},
-              "message_template": "{name}|{phone}"}  # fmt: skip
+    config = {
+        "extract": {"name": "Nombre:\\s*(.+)", "phone": "Tel:\\s*(\\d+)"},
+        "message_template": "{name}|{phone}",
+    }
     _, host = run(config, binding)
     assert host.texts == ["Müller café|99", "Ana & Eva|7"]
 
@@ -299,13 +325,19 @@ def test_token_endpoint_errors_are_classified(google, binding, mode, error, word
         (401, PermanentError, "401"),
         (503, TransientError, "503"),
         (429, TransientError, "429"),
-        ((403, {"error": {"errors": [{"reason": "rateLimitExceeded"}]}}), TransientError,
-         "rate limited"),
-        ((403, {"error": {"errors": [{"reason": "insufficientPermissions"}]}}), PermanentError,
-         "insufficientPermissions"),
+        (
+            (403, {"error": {"errors": [{"reason": "rateLimitExceeded"}]}}),
+            TransientError,
+            "rate limited",
+        ),
+        (
+            (403, {"error": {"errors": [{"reason": "insufficientPermissions"}]}}),
+            PermanentError,
+            "insufficientPermissions",
+        ),
         ((400, {"error": {"message": "Invalid query"}}), PermanentError, "Invalid query"),
     ],
-)  # fmt: skip
+)
 def test_api_errors_are_classified(google, binding, reply, error, words):
     google.fail("list", reply, reply)  # twice: a 401 is retried once after a refresh
     with pytest.raises(error) as err:
@@ -368,8 +400,11 @@ def test_legacy_style_text_client_files_complete_the_token_file(google, tmp_path
     (tmp_path / "cs.txt").write_text(google.client_secret + "\n")
     token = tmp_path / "tok.json"
     token.write_text(json.dumps({"refresh_token": "rt-good", "token_uri": google.token_uri}))
-    binding = {"client_id_path": str(tmp_path / "cid.txt"), "token_path": str(token),
-               "client_secret_path": str(tmp_path / "cs.txt")}  # fmt: skip
+    binding = {
+        "client_id_path": str(tmp_path / "cid.txt"),
+        "token_path": str(token),
+        "client_secret_path": str(tmp_path / "cs.txt"),
+    }
     google.add_message(gmail_message("m1"))
     _, host = run({}, binding)
     assert len(host.deliveries) == 1

@@ -104,29 +104,46 @@ def test_the_spoof_is_read_as_its_real_address_and_shown_quoted(google, binding)
 # RFC 2047 section 8 and variations: (raw From, display name, address)
 RFC2047 = [
     ("=?US-ASCII?Q?Keith_Moore?= <moore@cs.utk.edu>", "Keith Moore", "moore@cs.utk.edu"),
-    ("=?ISO-8859-1?Q?Keld_J=F8rn_Simonsen?= <keld@dkuug.dk>", "Keld Jørn Simonsen",
-     "keld@dkuug.dk"),
-    ("=?ISO-8859-1?Q?Andr=E9?= Pirard <PIRARD@vm1.ulg.ac.be>", "André Pirard",
-     "pirard@vm1.ulg.ac.be"),
-    ("=?ISO-8859-1?Q?Olle_J=E4rnefors?= <ojarnef@admin.kth.se>", "Olle Järnefors",
-     "ojarnef@admin.kth.se"),
-    ("Nathaniel Borenstein <nsb@thumper.bellcore.com> (=?iso-8859-8?b?7eXs+SDv4SDp7Oj08A==?=)",
-     "Nathaniel Borenstein", "nsb@thumper.bellcore.com"),
+    (
+        "=?ISO-8859-1?Q?Keld_J=F8rn_Simonsen?= <keld@dkuug.dk>",
+        "Keld Jørn Simonsen",
+        "keld@dkuug.dk",
+    ),
+    (
+        "=?ISO-8859-1?Q?Andr=E9?= Pirard <PIRARD@vm1.ulg.ac.be>",
+        "André Pirard",
+        "pirard@vm1.ulg.ac.be",
+    ),
+    (
+        "=?ISO-8859-1?Q?Olle_J=E4rnefors?= <ojarnef@admin.kth.se>",
+        "Olle Järnefors",
+        "ojarnef@admin.kth.se",
+    ),
+    (
+        "Nathaniel Borenstein <nsb@thumper.bellcore.com> (=?iso-8859-8?b?7eXs+SDv4SDp7Oj08A==?=)",
+        "Nathaniel Borenstein",
+        "nsb@thumper.bellcore.com",
+    ),
     ("=?ISO-8859-1?Q?a?= <x@mycompany.com>", "a", "x@mycompany.com"),
     ("=?ISO-8859-1?Q?a?= b <x@mycompany.com>", "a b", "x@mycompany.com"),
     ("=?ISO-8859-1?Q?a?= =?ISO-8859-1?Q?b?= <x@mycompany.com>", "ab", "x@mycompany.com"),
     ("=?ISO-8859-1?Q?a?=  =?ISO-8859-1?Q?b?= <x@mycompany.com>", "ab", "x@mycompany.com"),
     ("=?ISO-8859-1?Q?a_b?= <x@mycompany.com>", "a b", "x@mycompany.com"),
     ("=?ISO-8859-1?Q?a?= =?ISO-8859-2?Q?_b?= <x@mycompany.com>", "a b", "x@mycompany.com"),
-    ("=?ISO-8859-1?B?SWYgeW91IGNhbiByZWFkIHRoaXMgeW8=?= <x@mycompany.com>",
-     "If you can read this yo", "x@mycompany.com"),
+    (
+        "=?ISO-8859-1?B?SWYgeW91IGNhbiByZWFkIHRoaXMgeW8=?= <x@mycompany.com>",
+        "If you can read this yo",
+        "x@mycompany.com",
+    ),
     # real senders the old decode-then-parse dropped: a comma or quotes in the name
     ("=?utf-8?Q?Doe=2C_John?= <john@mycompany.com>", "Doe, John", "john@mycompany.com"),
     ("=?utf-8?Q?=22Johnny=22_Doe?= <john@mycompany.com>", '"Johnny" Doe', "john@mycompany.com"),
-    ("=?utf-8?B?TcO8bGxlciwgSsO8cmdlbg==?= <j@mycompany.com>", "Müller, Jürgen",
-     "j@mycompany.com"),
-    ("=?utf-8?Q?Ventas_=3Cventas=3E?= <ventas@mycompany.com>", "Ventas <ventas>",
-     "ventas@mycompany.com"),
+    ("=?utf-8?B?TcO8bGxlciwgSsO8cmdlbg==?= <j@mycompany.com>", "Müller, Jürgen", "j@mycompany.com"),
+    (
+        "=?utf-8?Q?Ventas_=3Cventas=3E?= <ventas@mycompany.com>",
+        "Ventas <ventas>",
+        "ventas@mycompany.com",
+    ),
     ('"Doe, John" <john@mycompany.com>', "Doe, John", "john@mycompany.com"),
     ("=?utf-8?q?Ana?=<ana@mycompany.com>", "Ana", "ana@mycompany.com"),  # no space before <
     ("José <jose@mycompany.com>", "José", "jose@mycompany.com"),  # raw UTF-8 (RFC 6532)
@@ -134,11 +151,14 @@ RFC2047 = [
     ("=?iso-2022-jp?b?GyRCJUYlOSVIGyhC?= <t@mycompany.com>", "テスト", "t@mycompany.com"),
     ("=?utf-8?q?a=5Fb_c=3F?= <x@mycompany.com>", "a_b c?", "x@mycompany.com"),
     ("=?UTF-8?Q?Caf=C3=A9?= <cafe@MyCompany.com>", "Café", "cafe@mycompany.com"),
-    ("=?utf-8?q?Long?=\r\n =?utf-8?q?_Name?= <l@mycompany.com>", "Long Name",
-     "l@mycompany.com"),  # folded
+    (
+        "=?utf-8?q?Long?=\r\n =?utf-8?q?_Name?= <l@mycompany.com>",
+        "Long Name",
+        "l@mycompany.com",
+    ),  # folded
     ('"Smith, J." <j@mycompany.com> (Sales)', "Smith, J.", "j@mycompany.com"),
     ("Lists <bounce+ab=cd@mycompany.com>", "Lists", "bounce+ab=cd@mycompany.com"),  # VERP
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("raw", "name", "address"), RFC2047)
@@ -146,39 +166,61 @@ def test_rfc2047_display_names_are_decoded_after_the_address_is_parsed(
     google, binding, raw, name, address
 ):
     assert parse_from(raw) == (name, address)
-    host = poll(google, binding, [mail(raw)],
-                {"sender_allowlist": [address], "message_template": "{from_name}"})  # fmt: skip
+    host = poll(
+        google,
+        binding,
+        [mail(raw)],
+        {"sender_allowlist": [address], "message_template": "{from_name}"},
+    )
     assert host.texts == [name]
 
 
 # --- the body's decoding ------------------------------------------------------------------
-@pytest.mark.parametrize("text", [
-    "Nombre: Ana\nphone=34612345678\nref=3D41 =C3=A9\n",  # ASCII: looked still-encoded
-    "Nombre: Ana\nphone=34612345678\nref=3D41 caf\u00e9 =C3=A9\n",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Nombre: Ana\nphone=34612345678\nref=3D41 =C3=A9\n",  # ASCII: looked still-encoded
+        "Nombre: Ana\nphone=34612345678\nref=3D41 caf\u00e9 =C3=A9\n",
+    ],
+)
 def test_a_quoted_printable_body_is_decoded_once(google, binding, text):
     qp = quopri.encodestring(text.encode("utf-8")).decode()
-    content = ("Content-Type: text/plain; charset=utf-8\r\n"
-               f"Content-Transfer-Encoding: quoted-printable\r\n\r\n{qp}")  # fmt: skip
-    host = poll(google, binding, [mail("ana@mycompany.com", content=content)],
-                {"extract": {"phone": r"phone=(\d+)", "ref": r"ref=(\S+)"},
-                 "message_template": "{phone} {ref} {body}"})  # fmt: skip
+    content = (
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Transfer-Encoding: quoted-printable\r\n\r\n{qp}"
+    )
+    host = poll(
+        google,
+        binding,
+        [mail("ana@mycompany.com", content=content)],
+        {
+            "extract": {"phone": r"phone=(\d+)", "ref": r"ref=(\S+)"},
+            "message_template": "{phone} {ref} {body}",
+        },
+    )
     assert host.texts == ["34612345678 3D41 " + text]
 
 
 def test_a_base64_body_whose_text_looks_like_base64_is_decoded_once(google, binding):
     text = "SGVsbG8="  # the mail's own text happens to be valid base64
     b64 = base64.b64encode(text.encode()).decode()
-    content = ("Content-Type: text/plain; charset=utf-8\r\n"
-               f"Content-Transfer-Encoding: base64\r\n\r\n{b64}\r\n")  # fmt: skip
-    host = poll(google, binding, [mail("ana@mycompany.com", content=content)],
-                {"message_template": "{body}"})  # fmt: skip
+    content = (
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Transfer-Encoding: base64\r\n\r\n{b64}\r\n"
+    )
+    host = poll(
+        google,
+        binding,
+        [mail("ana@mycompany.com", content=content)],
+        {"message_template": "{body}"},
+    )
     assert host.texts == [text]
 
 
 def test_the_fake_serves_parts_as_gmail_does(google):
-    content = ("Content-Type: text/plain\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n"
-               "a=3Db\r\n")  # fmt: skip
+    content = (
+        "Content-Type: text/plain\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\na=3Db\r\n"
+    )
     doc = gmail_from_raw("x", mail("=?utf-8?Q?A?= <a@b.c>", content=content))
     payload = doc["payload"]
     assert {"name": "From", "value": "=?utf-8?Q?A?= <a@b.c>"} in payload["headers"]
@@ -206,50 +248,82 @@ def forwarded(body: str) -> str:
     return f"Content-Type: message/rfc822\r\n\r\n{inner}"
 
 
-ATTACHED_TXT = plain("FROM THE ATTACHMENT",
-                     'Content-Disposition: attachment; filename="notes.txt"\r\n')  # fmt: skip
+ATTACHED_TXT = plain(
+    "FROM THE ATTACHMENT", 'Content-Disposition: attachment; filename="notes.txt"\r\n'
+)
 INLINE_ATTACHMENT_NO_NAME = plain("ATTACHED, NO NAME", "Content-Disposition: attachment\r\n")
 IMAGE = "Content-Type: image/png\r\nContent-Transfer-Encoding: base64\r\n\r\niVBORw0KGgo=\r\n"
 
 BODIES = {
     "alternative prefers plain": (
-        multipart("alternative", plain("OWN plain"), html_part("OWN html")), "OWN plain"),
+        multipart("alternative", plain("OWN plain"), html_part("OWN html")),
+        "OWN plain",
+    ),
     "alternative html first still plain": (
-        multipart("alternative", html_part("OWN html"), plain("OWN plain")), "OWN plain"),
+        multipart("alternative", html_part("OWN html"), plain("OWN plain")),
+        "OWN plain",
+    ),
     "own html before a forwarded plain": (
-        multipart("mixed", html_part("OWN html"), forwarded(plain("FORWARDED"))), "OWN html"),
+        multipart("mixed", html_part("OWN html"), forwarded(plain("FORWARDED"))),
+        "OWN html",
+    ),
     "own text after a forwarded message": (
-        multipart("mixed", forwarded(plain("FORWARDED")), plain("OWN later")), "OWN later"),
+        multipart("mixed", forwarded(plain("FORWARDED")), plain("OWN later")),
+        "OWN later",
+    ),
     "own alternative html-only before forwarded": (
-        multipart("mixed", multipart("alternative", html_part("OWN html")),
-                  forwarded(multipart("alternative", plain("FORWARDED"),
-                                      html_part("FORWARDED")))),
-        "OWN html"),
+        multipart(
+            "mixed",
+            multipart("alternative", html_part("OWN html")),
+            forwarded(multipart("alternative", plain("FORWARDED"), html_part("FORWARDED"))),
+        ),
+        "OWN html",
+    ),
     "mixed with an attached text file first": (
-        multipart("mixed", ATTACHED_TXT, html_part("OWN html"), IMAGE), "OWN html"),
+        multipart("mixed", ATTACHED_TXT, html_part("OWN html"), IMAGE),
+        "OWN html",
+    ),
     "an attachment without a filename": (
-        multipart("mixed", INLINE_ATTACHMENT_NO_NAME, plain("OWN")), "OWN"),
+        multipart("mixed", INLINE_ATTACHMENT_NO_NAME, plain("OWN")),
+        "OWN",
+    ),
     "nested related html root": (
-        multipart("mixed",
-                  multipart("alternative", plain("OWN plain"),
-                            multipart("related", html_part("OWN html"), IMAGE)),
-                  ATTACHED_TXT),
-        "OWN plain"),
-    "related only": (multipart("related", html_part("OWN related html"), IMAGE),
-                     "OWN related html"),
+        multipart(
+            "mixed",
+            multipart(
+                "alternative",
+                plain("OWN plain"),
+                multipart("related", html_part("OWN html"), IMAGE),
+            ),
+            ATTACHED_TXT,
+        ),
+        "OWN plain",
+    ),
+    "related only": (
+        multipart("related", html_part("OWN related html"), IMAGE),
+        "OWN related html",
+    ),
     "forwarded only": (multipart("mixed", forwarded(plain("FORWARDED only"))), "FORWARDED only"),
     "forwarded html only": (
-        multipart("mixed", IMAGE, forwarded(html_part("FORWARDED html"))), "FORWARDED html"),
+        multipart("mixed", IMAGE, forwarded(html_part("FORWARDED html"))),
+        "FORWARDED html",
+    ),
     "a forwarded message nested in a forwarded one": (
-        multipart("mixed", forwarded(multipart("mixed", forwarded(plain("DEEP")),
-                                               plain("FIRST FORWARD")))),
-        "FIRST FORWARD"),
-}  # fmt: skip
+        multipart(
+            "mixed", forwarded(multipart("mixed", forwarded(plain("DEEP")), plain("FIRST FORWARD")))
+        ),
+        "FIRST FORWARD",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(BODIES))
 def test_the_body_is_the_messages_own_text(google, binding, case):
     content, expected = BODIES[case]
-    host = poll(google, binding, [mail("ana@mycompany.com", content=content)],
-                {"message_template": "{body}"})  # fmt: skip
+    host = poll(
+        google,
+        binding,
+        [mail("ana@mycompany.com", content=content)],
+        {"message_template": "{body}"},
+    )
     assert host.texts == [expected]

@@ -27,10 +27,16 @@ def cfg(tmp_path, redis_client, transactional_db, google) -> Config:
     config = Config(tmp_path / "pollers.yaml")
     binding = write_credentials(tmp_path, google)
     job = {
-        "id": "leads", "kind": "gmail", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"query": "is:unread", "message_template": "{subject}",
-                   "deliver": {"channel": "log", "to": "ops"}},
-    }  # fmt: skip
+        "id": "leads",
+        "kind": "gmail",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "query": "is:unread",
+            "message_template": "{subject}",
+            "deliver": {"channel": "log", "to": "ops"},
+        },
+    }
     config.write([job], agents={"ana": {"google": binding}})
     config.reload()
     return config

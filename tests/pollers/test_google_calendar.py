@@ -146,9 +146,14 @@ def test_410_gone_rebaselines_automatically_and_says_so(google, binding):
 
 @pytest.mark.parametrize(
     ("reply", "error"),
-    [(401, PermanentError), (404, PermanentError), (503, TransientError), (429, TransientError),
-     ((403, {"error": {"errors": [{"reason": "userRateLimitExceeded"}]}}), TransientError)],
-)  # fmt: skip
+    [
+        (401, PermanentError),
+        (404, PermanentError),
+        (503, TransientError),
+        (429, TransientError),
+        ((403, {"error": {"errors": [{"reason": "userRateLimitExceeded"}]}}), TransientError),
+    ],
+)
 def test_api_errors_are_classified(google, binding, reply, error):
     google.fail("events", reply, reply)
     with pytest.raises(error):

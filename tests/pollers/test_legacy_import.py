@@ -79,16 +79,25 @@ def test_translate_maps_every_field_and_reports_what_it_skips():
     assert lead["kind"] == "gmail" and lead["agent"] == "ana"
     assert lead["schedule"] == {"every_secs": 120} and invoices["schedule"] == {"every_secs": 600}
     assert lead["config"] == {
-        "query": "is:unread subject:lead", "newer_than": "1d", "max_per_tick": 20,
-        "dispatch_delay_ms": 1000, "sender_allowlist": ["@mycompany.com"],
-        "extract": {"name": "Nombre:\\s*(.+)"}, "require_fields": ["name"],
-        "message_template": "New lead 🚨 {name}", "mark_read_on_dispatch": True,
+        "query": "is:unread subject:lead",
+        "newer_than": "1d",
+        "max_per_tick": 20,
+        "dispatch_delay_ms": 1000,
+        "sender_allowlist": ["@mycompany.com"],
+        "extract": {"name": "Nombre:\\s*(.+)"},
+        "require_fields": ["name"],
+        "message_template": "New lead 🚨 {name}",
+        "mark_read_on_dispatch": True,
         "deliver": {"channel": "webhook", "to": "ops"},
-    }  # fmt: skip
+    }
     assert invoices["config"]["mark_read_on_dispatch"] is False
-    assert tr.agents == {"ana": {
-        "client_id_path": "./secrets/ana_client_id.txt", "token_path": "./secrets/ana_token.json",
-        "client_secret_path": "./secrets/ana_client_secret.txt"}}  # fmt: skip
+    assert tr.agents == {
+        "ana": {
+            "client_id_path": "./secrets/ana_client_id.txt",
+            "token_path": "./secrets/ana_token.json",
+            "client_secret_path": "./secrets/ana_client_secret.txt",
+        }
+    }
     assert any("orphan" in w and "unknown account" in w for w in tr.warnings)
 
 
@@ -118,8 +127,13 @@ def test_merge_keeps_comments_and_explicit_entries_win():
     assert jobs["gmail_legacy_invoices"]["config"]["deliver"]["to"] == "manual"  # untouched
     assert doc["agents"]["ana"]["log"] == {} and "token_path" in doc["agents"]["ana"]["google"]
     assert "New lead 🚨 {name}" in text  # UTF-8 kept, not escaped
-    loaded = load_config(text, source="p.yaml", env={}, now=datetime(2026, 1, 1, tzinfo=UTC),
-                         validators=get_registry().validators())  # fmt: skip
+    loaded = load_config(
+        text,
+        source="p.yaml",
+        env={},
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        validators=get_registry().validators(),
+    )
     assert set(loaded.jobs) == {"gmail_legacy_invoices", "gmail_legacy_lead_alert"}
 
 

@@ -74,8 +74,11 @@ def test_registered_as_a_builtin_with_the_seed_defaults() -> None:
 @pytest.mark.parametrize(
     ("raw", "path", "words"),
     [
-        ({"feed_url": "https://e.com/f", "deliver": {"channel": "log", "to": "x"}, "url": "x"},
-         "config.url", "Extra inputs"),
+        (
+            {"feed_url": "https://e.com/f", "deliver": {"channel": "log", "to": "x"}, "url": "x"},
+            "config.url",
+            "Extra inputs",
+        ),
         ({"feed_url": "file:///etc/passwd"}, "config.feed_url", "http"),
         ({"feed_url": "feed://example.com/rss"}, "config.feed_url", "http"),
         ({"feed_url": "/var/feeds/a.xml"}, "config.feed_url", "http"),
@@ -88,7 +91,7 @@ def test_registered_as_a_builtin_with_the_seed_defaults() -> None:
         ({"message_template": "{title"}, "config.message_template", "unclosed"),
         ({"deliver": {"channel": "log"}}, "config.deliver.to", "required"),
     ],
-)  # fmt: skip
+)
 def test_invalid_config_is_rejected_naming_the_field(raw, path, words) -> None:
     base = {"feed_url": "https://e.com/f", "deliver": {"channel": "log", "to": "x"}}
     with pytest.raises(ConfigError) as err:
@@ -100,14 +103,18 @@ def test_invalid_config_is_rejected_naming_the_field(raw, path, words) -> None:
 @pytest.mark.parametrize(
     ("name", "count", "first_text"),
     [
-        ("rss091.xml", 3, "Personal web server integrates file sharing and messaging\n"
-                          "http://writetheweb.example/read.php?item=22"),
+        (
+            "rss091.xml",
+            3,
+            "Personal web server integrates file sharing and messaging\n"
+            "http://writetheweb.example/read.php?item=22",
+        ),
         ("rss092.xml", 3, "Moonlight Mile, by the Stones."),
         ("rss10.rdf", 2, "Über die Zukunft — café ☕\nhttp://meerkat.example/news/1"),
         ("rss20.xml", 3, "Hello world\nhttps://blog.example.com/posts/hello"),
         ("atom.xml", 2, "Relative links resolve\nhttp://{host}/2026/01/14/relative"),
     ],
-)  # fmt: skip
+)
 def test_each_format_is_parsed_and_delivered_oldest_first(srv, poller, name, count, first_text):
     srv.route("GET", "/feed.xml", reply(200, fixture(name), {"Content-Type": "text/xml"}))
     template = "{summary}" if name == "rss092.xml" else "{title}\n{link}"
@@ -150,7 +157,7 @@ def test_entry_id_falls_back_from_guid_to_link_to_a_hash(srv, poller) -> None:
 
 def test_parse_feed_takes_bytes_only_and_never_opens_a_path() -> None:
     with pytest.raises(TypeError):
-        parse_feed(str(FEEDS / "rss20.xml"))  # type: ignore[arg-type]
+        parse_feed(str(FEEDS / "rss20.xml"))
     # bytes naming a file: feedparser given these raw bytes would open() the file
     with pytest.raises(MalformedFeedError):
         parse_feed(str(FEEDS / "rss20.xml").encode())
@@ -216,8 +223,9 @@ def test_last_modified_alone_is_used_when_there_is_no_etag(srv, poller) -> None:
 
 
 def test_a_feed_larger_than_the_ring_never_loops(srv, poller) -> None:
-    site = FeedSite(rss(*[(f"p{i}", f"t{i}") for i in range(30, 0, -1)]), etag=False,
-                    last_modified=False)  # fmt: skip
+    site = FeedSite(
+        rss(*[(f"p{i}", f"t{i}") for i in range(30, 0, -1)]), etag=False, last_modified=False
+    )
     srv.route("GET", "/feed.xml", site)
     cfg = config(srv, max_per_tick=4, seen_capacity=5)
     per_tick, cursor = ticks(poller, cfg, 10)
@@ -369,7 +377,7 @@ def test_config_model_is_strict_and_frozen() -> None:
     )
     assert cfg.deliver.to == "5"
     with pytest.raises(Exception):  # noqa: B017 - pydantic's frozen error
-        cfg.max_per_tick = 9  # type: ignore[misc]
+        cfg.max_per_tick = 9
 
 
 def test_a_truncated_response_neither_redelivers_nor_shrinks_the_ring(srv, poller) -> None:

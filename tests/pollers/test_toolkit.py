@@ -83,9 +83,11 @@ def test_codec_refuses_a_seen_list_that_is_not_strings() -> None:
 
 def test_codec_upgrades_older_versions_and_reads_unversioned_cursors_when_told() -> None:
     codec = CursorCodec(
-        "demo", 3, upgrades={1: lambda d: {"ids": d["seen"]}, 2: lambda d: {**d, "n": 0}},
+        "demo",
+        3,
+        upgrades={1: lambda d: {"ids": d["seen"]}, 2: lambda d: {**d, "n": 0}},
         unversioned=1,
-    )  # fmt: skip
+    )
     assert codec.decode(b'{"seen": ["a"]}') == {"ids": ["a"], "n": 0}
     assert codec.decode(b'{"v": 2, "ids": ["b"]}') == {"ids": ["b"], "n": 0}
     assert codec.decode(b'{"v": 3, "ids": [], "n": 4}') == {"ids": [], "n": 4}

@@ -69,9 +69,11 @@ def test_first_tick_delivers_every_item_and_stores_their_ids(srv, poller) -> Non
     first = host.deliveries[0]
     assert (first.channel, first.recipient) == ("telegram", "1194292426")
     assert first.payload == {
-        "text": "[NP-1] task 1 (p1)", "item_id": "1", "job_id": "job1",
+        "text": "[NP-1] task 1 (p1)",
+        "item_id": "1",
+        "job_id": "job1",
         "text_trusted": [[0, 1], [5, 7], [13, 16], [17, 18]],  # the template's own text
-    }  # fmt: skip
+    }
     assert (ack.items_seen, ack.items_dispatched) == (3, 3)
     assert json.loads(ack.next_cursor) == {"v": 1, "seen": ["1", "2", "3"]}
     sent = srv.requests[0]

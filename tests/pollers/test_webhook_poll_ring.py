@@ -65,8 +65,11 @@ def test_any_listing_up_to_the_cap_goes_out_once(srv, poller, size, per_tick, ca
 def test_the_hard_cap_is_a_permanent_error_naming_both_numbers(srv, poller) -> None:
     serve(srv, list(range(HARD_CAP + 5)))
     host = FakeHost()
-    cfg = {"url": srv.url("/l", host=HOST), "items_path": "items",
-           "deliver": {"channel": "log", "to": "ops"}}  # fmt: skip
+    cfg = {
+        "url": srv.url("/l", host=HOST),
+        "items_path": "items",
+        "deliver": {"channel": "log", "to": "ops"},
+    }
     with pytest.raises(PermanentError, match=f"{HARD_CAP + 5} items.*hard cap of {HARD_CAP}"):
         poller.tick(make_context(cfg, host=host))
     assert host.deliveries == []
@@ -94,9 +97,14 @@ def test_remember_under_capacity_drops_nothing() -> None:
 
 @pytest.mark.parametrize(
     ("seen_capacity", "listed", "held", "expected"),
-    [(1000, 1500, 0, 1500), (1000, 550, 1500, 1500), (1000, 10, 50_000, HARD_CAP),
-     (50_000, 10, 60_000, 50_000), (3, 2, 3, 3)],
-)  # fmt: skip
+    [
+        (1000, 1500, 0, 1500),
+        (1000, 550, 1500, 1500),
+        (1000, 10, 50_000, HARD_CAP),
+        (50_000, 10, 60_000, 50_000),
+        (3, 2, 3, 3),
+    ],
+)
 def test_ring_capacity(seen_capacity, listed, held, expected) -> None:
     from pollers.webhook_poll import ring_capacity
 

@@ -35,9 +35,12 @@ def test_quoted_values_are_not_coerced(field, value):
         f"        {field}: {value}\n"
     )
     cfg = load_config(
-        text, source="p.yaml", env={"FALSE": "false"}, now=NOW,
+        text,
+        source="p.yaml",
+        env={"FALSE": "false"},
+        now=NOW,
         validators={"webhook_poll": WebhookPollPoller().validate},
-    )  # fmt: skip
+    )
     assert cfg.jobs == {}
     [issue] = cfg.issues
     assert (issue.path, issue.line) == (f"jobs[j].config.{field}", 10)

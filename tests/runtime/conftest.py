@@ -33,10 +33,12 @@ class Config:
 
 def scripted(job_id: str, every: float = 60, **extra) -> dict:
     spec = {
-        "id": job_id, "kind": "scripted", "agent": "ana",
+        "id": job_id,
+        "kind": "scripted",
+        "agent": "ana",
         "schedule": {"every_secs": every},
         "config": {"deliver": {"channel": "log", "to": "ops"}},
-    }  # fmt: skip
+    }
     spec.update(extra)
     return spec
 

@@ -45,12 +45,21 @@ def turn(cfg, server, settings, monkeypatch, tmp_path):
 
 def job(job_id: str, kind: str, config: dict) -> dict:
     config = json.loads(json.dumps(config))  # no shared dicts: YAML anchors are refused
-    return {"id": job_id, "kind": kind, "agent": "ana", "schedule": {"every_secs": 3600},
-            "config": config}  # fmt: skip
+    return {
+        "id": job_id,
+        "kind": kind,
+        "agent": "ana",
+        "schedule": {"every_secs": 3600},
+        "config": config,
+    }
 
 
-TURN = {"llm": {"provider": "local", "model": "tiny-2"}, "user_prompt": "Status for {date}?",
-        "max_tokens": 20, "deliver": {"channel": "webhook", "to": "ops"}}  # fmt: skip
+TURN = {
+    "llm": {"provider": "local", "model": "tiny-2"},
+    "user_prompt": "Status for {date}?",
+    "max_tokens": 20,
+    "deliver": {"channel": "webhook", "to": "ops"},
+}
 
 
 def state(job_id: str) -> PollState:
@@ -88,11 +97,17 @@ def test_agent_turn_server_error_is_transient_and_keeps_the_cursor(turn, server,
 
 def test_a_plugin_reaches_the_llm_through_its_reverse_call(turn, server, redis_client):
     server.route("POST", PATH, chat("from the model"))
-    request = {"provider": "local", "model": "tiny-1", "max_tokens": 10,
-               "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    request = {
+        "provider": "local",
+        "model": "tiny-1",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     too_many = {**request, "max_tokens": 5000}
-    turn(job("p", "asker", {"mode": "llm", "request": request}),
-         job("q", "asker", {"mode": "llm", "request": too_many}))  # fmt: skip
+    turn(
+        job("p", "asker", {"mode": "llm", "request": request}),
+        job("q", "asker", {"mode": "llm", "request": too_many}),
+    )
     assert tick_job("p", now=timezone.now()).status == "ok"
     assert bytes(state("p").cursor) == b"from the model"
     # the host answers a bad request with -32602, which the plugin passes on: a config error

@@ -92,8 +92,12 @@ def test_a_batch_ticks_each_job_as_a_single_tick_would_with_one_read_and_one_ins
         assert Delivery.objects.filter(job_id=job_id).count() == n % 3 + 1
         assert history.entries(redis_client, job_id)[0].status == "ok"
         assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
-    queued = {i for task, args in messages(redis_client, DELIVERIES) if task == "nexopoll.deliver"
-              for i in args[0]}  # fmt: skip
+    queued = {
+        i
+        for task, args in messages(redis_client, DELIVERIES)
+        if task == "nexopoll.deliver"
+        for i in args[0]
+    }
     assert queued == {str(d.id) for d in Delivery.objects.all()}  # handed to the queue
 
 
@@ -186,8 +190,11 @@ def test_a_job_that_waits_does_not_hold_back_the_rest_which_poll_side_by_side(
     setup(cfg, redis_client, ids)
     t, result = batch_in_thread(redis_client, ids, hold="j01")
     # while j01 hangs in its poller, the four jobs after it poll on the poll threads
-    wait_for(lambda: all(redis_client.llen(f"test:done:{i}") for i in ids[2:]), 10,
-             what="the rest polled")  # fmt: skip
+    wait_for(
+        lambda: all(redis_client.llen(f"test:done:{i}") for i in ids[2:]),
+        10,
+        what="the rest polled",
+    )
     assert not redis_client.llen("test:done:j01")
     redis_client.delete("test:hold:j01")
     t.join(15)

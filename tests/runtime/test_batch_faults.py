@@ -49,8 +49,12 @@ def setup(cfg, redis_client, ids: list[str], **globals_) -> None:
 
 def queued(redis_client) -> set[str]:
     """Outbox row ids handed to the queue (``nexopoll.deliver`` messages)."""
-    return {i for task, args in messages(redis_client, DELIVERIES) if task == "nexopoll.deliver"
-            for i in args[0]}  # fmt: skip
+    return {
+        i
+        for task, args in messages(redis_client, DELIVERIES)
+        if task == "nexopoll.deliver"
+        for i in args[0]
+    }
 
 
 def rows_of(job_ids: list[str]) -> set[str]:
@@ -222,8 +226,11 @@ def test_a_slow_after_commit_hook_does_not_hold_back_the_mates_deliveries(cfg, r
     batch = Batch(ids, ttl_ms=30_000)
     wait_for(lambda: len(queued(redis_client)) == 6, 10, what="every row queued")
     assert queued(redis_client) == rows_of(ids)
-    wait_for(lambda: all(no_lease_or_marker(redis_client, j) for j in ids), 10,
-             what="every lease released")  # fmt: skip
+    wait_for(
+        lambda: all(no_lease_or_marker(redis_client, j) for j in ids),
+        10,
+        what="every lease released",
+    )
     assert not redis_client.exists("test:hook_done:j00")
     redis_client.delete("test:hook_hold:j00")
     reports = batch.join()
@@ -309,8 +316,12 @@ def test_an_internal_error_in_a_batch_reaches_the_history_redacted(cfg, redis_cl
     """A bug outside the poller (here: building the alert) fails that tick alone; its
     text is masked like every error the runtime keeps."""
     monkeypatch.setenv("NP_TEST_TOKEN", "s3cr3t-t0ken-value")
-    jobs = [scripted("j00"), scripted("j01", config={
-        "deliver": {"channel": "log", "to": "ops"}, "token": "${NP_TEST_TOKEN}"})]  # fmt: skip
+    jobs = [
+        scripted("j00"),
+        scripted(
+            "j01", config={"deliver": {"channel": "log", "to": "ops"}, "token": "${NP_TEST_TOKEN}"}
+        ),
+    ]
     cfg.write(jobs)
     cfg.reload()
 
@@ -320,8 +331,9 @@ def test_an_internal_error_in_a_batch_reaches_the_history_redacted(cfg, redis_cl
         return []
 
     monkeypatch.setattr(tickwrite, "notices", bug)
-    reports = {r.job_id: r for r in run_batch([("j00", 30_000), ("j01", 30_000)],
-                                              clock=timezone.now)}  # fmt: skip
+    reports = {
+        r.job_id: r for r in run_batch([("j00", 30_000), ("j01", 30_000)], clock=timezone.now)
+    }
     assert reports["j00"].committed
     assert reports["j01"].reason == "internal error"
     assert "s3cr3t-t0ken-value" not in reports["j01"].error

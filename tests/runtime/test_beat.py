@@ -108,8 +108,9 @@ def test_many_ticks_due_together_go_out_as_batches_few_go_out_one_by_one(
 def test_batching_off_and_one_shots_keep_a_message_per_tick(cfg, redis_client, settings):
     settings.NEXOPOLL_BATCH_MIN = 2
     at = "2030-01-01T00:00:00+00:00"
-    cfg.write([scripted("a", every=60), scripted("b", every=60),
-               scripted("once", schedule={"at": at})])  # fmt: skip
+    cfg.write(
+        [scripted("a", every=60), scripted("b", every=60), scripted("once", schedule={"at": at})]
+    )
     cfg.reload()
     sched = NexopollScheduler(app=app)
     due_now(redis_client, ["a", "b", "once"])
@@ -138,8 +139,10 @@ def test_jobs_that_wait_on_the_network_are_never_batched(cfg, redis_client, sett
     sched.tick()
     sent = queued(redis_client)
     assert sorted(args[0] for task, args, _ in sent if task == "nexopoll.tick") == [
-        "j1", "j3", "j5"
-    ]  # fmt: skip
+        "j1",
+        "j3",
+        "j5",
+    ]
     (batch,) = [args[0] for task, args, _ in sent if task == "nexopoll.tick_batch"]
     assert sorted(job for job, _ttl in batch) == ["j0", "j2", "j4", "j6", "j7"]
     redis_client.sadd(keys.slow_key(), "j0", "j2")  # read again after SLOW_REFRESH_SECS

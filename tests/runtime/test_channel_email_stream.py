@@ -28,8 +28,10 @@ def send(ids, at):
 
 
 def commit(cfg, redis_client, channel, to, binding, n=1) -> list[str]:
-    cfg.write([scripted("a", config={"deliver": {"channel": channel, "to": to}})],
-              agents={"ana": {channel: binding}})  # fmt: skip
+    cfg.write(
+        [scripted("a", config={"deliver": {"channel": channel, "to": to}})],
+        agents={"ana": {channel: binding}},
+    )
     assert cfg.reload().issues == []
     redis_client.rpush("test:src:a", *range(1, n + 1))
     return tick_job("a", now=NOW).delivery_ids
@@ -88,8 +90,14 @@ def test_email_password_never_reaches_the_db_or_logs(smtp, cfg, redis_client, se
 
 
 def test_stream_deliveries_are_read_back_through_a_consumer_group(cfg, redis_client):
-    ids = commit(cfg, redis_client, "stream", "1194292426",
-                 {"account": "ana_bot", "channel": "telegram"}, n=3)  # fmt: skip
+    ids = commit(
+        cfg,
+        redis_client,
+        "stream",
+        "1194292426",
+        {"account": "ana_bot", "channel": "telegram"},
+        n=3,
+    )
     key = "plugin.outbound.telegram.ana_bot"
     redis_client.xgroup_create(key, "bridge", id="0", mkstream=True)
     assert send(ids, NOW) == dict.fromkeys(ids, "sent")

@@ -40,29 +40,45 @@ def feed() -> bytes:
 @pytest.mark.parametrize(
     "provider, extra, template, expected",
     [
-        (SLACK_BOT, {}, "*New:* {title}",
-         "*New:* &lt;!channel&gt; &lt;https://evil|bank&gt; &lt;@U123&gt; *x_y* &amp;amp; "
-         "&lt;b&gt;"),
-        (TELEGRAM, {"parse_mode": "MarkdownV2"}, "*New:* {title}",
-         "*New:* <\\!channel\\> <https://evil\\|bank\\> <@U123\\> \\*x\\_y\\* &amp; <b\\>"),
-        (TELEGRAM, {"parse_mode": "HTML"}, "<b>New:</b> {title}",
-         "<b>New:</b> &lt;!channel&gt; &lt;https://evil|bank&gt; &lt;@U123&gt; *x_y* "
-         "&amp;amp; &lt;b&gt;"),
+        (
+            SLACK_BOT,
+            {},
+            "*New:* {title}",
+            "*New:* &lt;!channel&gt; &lt;https://evil|bank&gt; &lt;@U123&gt; *x_y* &amp;amp; "
+            "&lt;b&gt;",
+        ),
+        (
+            TELEGRAM,
+            {"parse_mode": "MarkdownV2"},
+            "*New:* {title}",
+            "*New:* <\\!channel\\> <https://evil\\|bank\\> <@U123\\> \\*x\\_y\\* &amp; <b\\>",
+        ),
+        (
+            TELEGRAM,
+            {"parse_mode": "HTML"},
+            "<b>New:</b> {title}",
+            "<b>New:</b> &lt;!channel&gt; &lt;https://evil|bank&gt; &lt;@U123&gt; *x_y* "
+            "&amp;amp; &lt;b&gt;",
+        ),
     ],
     ids=["slack", "telegram-markdownv2", "telegram-html"],
-)  # fmt: skip
-def test_a_polled_title_arrives_as_literal_text(
-    server, cfg, provider, extra, template, expected
-):
+)
+def test_a_polled_title_arrives_as_literal_text(server, cfg, provider, extra, template, expected):
     server.route("GET", "/feed.xml", reply(200, feed(), {"Content-Type": "application/rss+xml"}))
     server.route("POST", provider.path, provider.ok)
     binding = {**provider.binding(server), **provider.fast, **extra}
     job = {
-        "id": "blog", "kind": "rss", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"feed_url": server.url("/feed.xml"), "allow_private_networks": True,
-                   "message_template": template,
-                   "deliver": {"channel": provider.channel, "to": provider.recipient}},
-    }  # fmt: skip
+        "id": "blog",
+        "kind": "rss",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "feed_url": server.url("/feed.xml"),
+            "allow_private_networks": True,
+            "message_template": template,
+            "deliver": {"channel": provider.channel, "to": provider.recipient},
+        },
+    }
     cfg.write([job], agents={"ana": {"log": {}, provider.channel: binding}})
     assert cfg.reload().issues == []
     (row_id,) = tick_job("blog", now=NOW).delivery_ids

@@ -82,9 +82,13 @@ def test_different_chats_are_not_held_to_the_chat_limit(cfg, redis_client, monke
         point_all(monkeypatch, server)
         server.route("POST", TELEGRAM.path, TELEGRAM.ok)
         bot = {"max_per_second": 1000}  # only the per-chat limit (1/s) is in play
-        cfg.write([scripted("a", config={"deliver": {"channel": "telegram", "to": "1"}}),
-                   scripted("b", config={"deliver": {"channel": "telegram", "to": "2"}})],
-                  agents={"ana": {"telegram": {**TELEGRAM.binding(server), **bot}}})  # fmt: skip
+        cfg.write(
+            [
+                scripted("a", config={"deliver": {"channel": "telegram", "to": "1"}}),
+                scripted("b", config={"deliver": {"channel": "telegram", "to": "2"}}),
+            ],
+            agents={"ana": {"telegram": {**TELEGRAM.binding(server), **bot}}},
+        )
         assert cfg.reload().issues == []
         redis_client.rpush("test:src:a", 1, 2)
         redis_client.rpush("test:src:b", 1)
@@ -131,8 +135,11 @@ def test_failure_alerts_go_out_through_the_same_channel(cfg, redis_client, monke
         point_all(monkeypatch, server)
         server.route("POST", TELEGRAM.path, TELEGRAM.ok)
         job = scripted("a", failure_to={"channel": "telegram", "to": "99"})
-        cfg.write([job], agents={"ana": {"log": {}, "telegram": TELEGRAM.binding(server)}},
-                  breaker_threshold=1)  # fmt: skip
+        cfg.write(
+            [job],
+            agents={"ana": {"log": {}, "telegram": TELEGRAM.binding(server)}},
+            breaker_threshold=1,
+        )
         assert cfg.reload().issues == []
         redis_client.set("test:mode:a", "permanent")
         tick_job("a", now=NOW)
@@ -150,8 +157,11 @@ def test_gmail_jobs_are_paced_one_second_apart_by_default(transactional_db):
     from nexopoll.runtime import pacing
     from nexopoll.runtime.host import PendingDelivery
 
-    rows = [PendingDelivery("log", "x", {}), PendingDelivery("log", "x", {}),
-            PendingDelivery("log", "x", {}, "alert")]  # fmt: skip
+    rows = [
+        PendingDelivery("log", "x", {}),
+        PendingDelivery("log", "x", {}),
+        PendingDelivery("log", "x", {}, "alert"),
+    ]
     gmail = SimpleNamespace(job_id="g", kind="gmail", config={"query": "x"})
     assert pacing.due_times(gmail, rows, now=NOW) == [NOW, NOW + timedelta(seconds=1), NOW]
     off = SimpleNamespace(job_id="g", kind="gmail", config={"dispatch_delay_ms": 0})

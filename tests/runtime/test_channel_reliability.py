@@ -44,8 +44,10 @@ def server(monkeypatch):
 def commit_row(cfg, redis_client, provider, server, **job) -> str:
     binding = {**provider.binding(server), **provider.fast}
     deliver = {"channel": provider.channel, "to": provider.recipient}
-    cfg.write([scripted("a", config={"deliver": deliver}, **job)],
-              agents={"ana": {"log": {}, provider.channel: binding}})  # fmt: skip
+    cfg.write(
+        [scripted("a", config={"deliver": deliver}, **job)],
+        agents={"ana": {"log": {}, provider.channel: binding}},
+    )
     assert cfg.reload().issues == []
     redis_client.rpush("test:src:a", 1)
     (row_id,) = tick_job("a", now=NOW).delivery_ids
@@ -170,9 +172,13 @@ def test_a_permanent_failure_is_visible_and_never_retried(provider, server, cfg,
 def echo_everything(req):
     """A provider error whose text repeats the request (path, headers, body): a token
     anywhere in the request comes back in the error."""
-    doc = {"ok": False, "error": "internal_error", "error_code": 500,
-           "description": f"{req.target} {req.headers} {req.body.decode()}",
-           "error_detail": {"message": req.target}}  # fmt: skip
+    doc = {
+        "ok": False,
+        "error": "internal_error",
+        "error_code": 500,
+        "description": f"{req.target} {req.headers} {req.body.decode()}",
+        "error_detail": {"message": req.target},
+    }
     return json_reply(doc, status=500)(req)
 
 
@@ -198,8 +204,12 @@ def test_row50_secrets_never_reach_logs_db_or_command_output(
     outputs.append(dump.getvalue())
     admin = Client()
     admin.force_login(User.objects.create_superuser("root", "r@example.com", "pw"))
-    for page in ("/admin/admin_ext/outboxrow/", f"/admin/admin_ext/outboxrow/{row_id}/change/",
-                 "/admin/admin_ext/job/a/change/", "/admin/admin_ext/job/"):  # fmt: skip
+    for page in (
+        "/admin/admin_ext/outboxrow/",
+        f"/admin/admin_ext/outboxrow/{row_id}/change/",
+        "/admin/admin_ext/job/a/change/",
+        "/admin/admin_ext/job/",
+    ):
         resp = admin.get(page)
         assert resp.status_code == 200, page
         outputs.append(resp.content.decode())

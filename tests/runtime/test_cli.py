@@ -98,8 +98,10 @@ def test_check_refuses_a_redis_that_may_evict_schedule_keys(cfg, settings, redis
 
 def test_check_reports_config_errors_with_their_line(cfg, settings):
     settings.NEXOPOLL_CONFIG = str(cfg.path)
-    cfg.write_text("pollers:\n  jobs:\n    - id: a\n      kind: rsss\n      agent: x\n"
-                   "      schedule: {every_secs: 5}\n")  # fmt: skip
+    cfg.write_text(
+        "pollers:\n  jobs:\n    - id: a\n      kind: rsss\n      agent: x\n"
+        "      schedule: {every_secs: 5}\n"
+    )
     err = StringIO()
     with pytest.raises(CommandError):
         call_command("pollers", "check", stdout=StringIO(), stderr=err)
@@ -138,9 +140,12 @@ def test_show_and_run_never_print_a_secret_value(cfg, redis_client, monkeypatch)
     redis_client.set("test:recipient:a", f"ops-{SECRET}")  # a poller echoing its secret
     redis_client.rpush("test:src:a", 1, 2)
     printed = [
-        run("run", "a", "--dry-run"), run("run", "a", "--dry-run", "--json"),
-        run("run", "a", "--json"), run("show", "a"), run("show", "a", "--json"),
-    ]  # fmt: skip
+        run("run", "a", "--dry-run"),
+        run("run", "a", "--dry-run", "--json"),
+        run("run", "a", "--json"),
+        run("show", "a"),
+        run("show", "a", "--json"),
+    ]
     dry = json.loads(printed[1])
     assert [d["to"] for d in dry["deliveries"]] == ["ops-***"] * 2  # masked, not dropped
     assert json.loads(printed[4])["config"]["token"] == "${NP_CLI_TOKEN}"

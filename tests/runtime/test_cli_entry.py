@@ -22,19 +22,31 @@ def test_other_management_commands_run_as_under_manage_py():
     assert command_line(["migrate", "--noinput"]) == ["nexopoll", "migrate", "--noinput"]
     assert command_line(["createsuperuser"]) == ["nexopoll", "createsuperuser"]
     assert command_line(["collectstatic"]) == ["nexopoll", "collectstatic"]
-    assert command_line(["runserver", "127.0.0.1:8001"]) == ["nexopoll", "runserver",
-                                                             "127.0.0.1:8001"]  # fmt: skip
+    assert command_line(["runserver", "127.0.0.1:8001"]) == [
+        "nexopoll",
+        "runserver",
+        "127.0.0.1:8001",
+    ]
     # (tests/test_wheel.py runs `nexopoll pollers list` and `nexopoll runserver` installed)
 
 
 def test_the_console_script_migrates_and_creates_a_superuser(tmp_path):
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
-           "NEXOPOLL_CONFIG": str(tmp_path / "none.yaml"),
-           "DJANGO_SUPERUSER_PASSWORD": "pw-1234-x"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+        "NEXOPOLL_CONFIG": str(tmp_path / "none.yaml"),
+        "DJANGO_SUPERUSER_PASSWORD": "pw-1234-x",
+    }
 
     def nexopoll(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "nexopoll.cli", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "nexopoll.cli", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     migrated = nexopoll("migrate", "--noinput", "-v", "0")
     assert migrated.returncode == 0, migrated.stderr

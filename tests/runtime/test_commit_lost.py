@@ -37,8 +37,11 @@ def through(proxy: CommitCut, run):
     result: dict = {}
 
     def target() -> None:
-        connection.settings_dict = {**connection.settings_dict, "HOST": "127.0.0.1",
-                                    "PORT": str(proxy.port)}  # fmt: skip
+        connection.settings_dict = {
+            **connection.settings_dict,
+            "HOST": "127.0.0.1",
+            "PORT": str(proxy.port),
+        }
         try:
             result["r"] = run()
         except BaseException as exc:  # the test reports it
@@ -54,8 +57,12 @@ def through(proxy: CommitCut, run):
 
 
 def queued(redis_client) -> set[str]:
-    return {i for task, args in messages(redis_client, DELIVERIES) if task == "nexopoll.deliver"
-            for i in args[0]}  # fmt: skip
+    return {
+        i
+        for task, args in messages(redis_client, DELIVERIES)
+        if task == "nexopoll.deliver"
+        for i in args[0]
+    }
 
 
 def test_a_batch_whose_commit_reply_is_lost_reports_its_ticks_committed(cfg, redis_client, cut):

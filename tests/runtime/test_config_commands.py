@@ -91,8 +91,12 @@ def test_the_real_cli_works_with_a_broken_file(tmp_path, redis_server):
     def manage(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "manage.py", *args],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     migrate = manage("migrate", "--noinput", "-v", "0")
     assert migrate.returncode == 0, migrate.stderr

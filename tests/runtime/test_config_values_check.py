@@ -144,7 +144,7 @@ def test_a_value_past_its_bounds_is_refused_with_file_line_and_field(checked, ca
         (f"headers: {{Proxy-Authorization: 'Basic {KEY}'}}", "headers.Proxy-Authorization"),
         (f"headers: {{X-Auth-Token: {KEY}}}", "headers.X-Auth-Token"),
     ],
-)  # fmt: skip
+)
 def test_a_plain_text_credential_in_headers_is_refused(checked, config, field):
     text = JOB.format(kind="webhook_poll", config=f"{HOOK}\n        {config}", extra="")
     checked.write_text(text)
@@ -223,8 +223,11 @@ def test_a_plain_credential_stored_before_the_rule_is_masked_when_shown(checked,
     checked.write_text(JOB.format(kind="webhook_poll", config=config, extra=""))
     assert checked.reload().add == ["a"]
     job = PollJob.objects.get(job_id="a")
-    job.config = {**job.config, "headers": {"Authorization": f"Bearer {KEY}"},
-                  "url": f"https://bot:{KEY}@example.com/x?api_key={KEY}&page=2"}  # fmt: skip
+    job.config = {
+        **job.config,
+        "headers": {"Authorization": f"Bearer {KEY}"},
+        "url": f"https://bot:{KEY}@example.com/x?api_key={KEY}&page=2",
+    }
     job.save()
     shown = services.show_job("a", now=timezone.now())
     assert shown["config"]["headers"] == {"Authorization": "***"}

@@ -42,9 +42,12 @@ def pg_connect():
 
     s = connection.settings_dict
     return psycopg.connect(
-        host=s["HOST"] or "127.0.0.1", port=s["PORT"] or 5432, user=s["USER"] or "postgres",
-        dbname=s["NAME"], autocommit=True,
-    )  # fmt: skip
+        host=s["HOST"] or "127.0.0.1",
+        port=s["PORT"] or 5432,
+        user=s["USER"] or "postgres",
+        dbname=s["NAME"],
+        autocommit=True,
+    )
 
 
 @contextlib.contextmanager
@@ -72,9 +75,14 @@ class BlockedTick:
     """A tick in a thread, stopped in its poller (after taking the epoch, before commit)."""
 
     def __init__(
-        self, redis_client, job_id: str, *, lock_wait_ms: int = 300, now: datetime = NOW,
+        self,
+        redis_client,
+        job_id: str,
+        *,
+        lock_wait_ms: int = 300,
+        now: datetime = NOW,
         lease_ttl_ms: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.redis, self.job_id, self.result = redis_client, job_id, {}
         self.lock_wait_ms, self.now, self.lease_ttl_ms = lock_wait_ms, now, lease_ttl_ms
         redis_client.set(f"test:block_once:{job_id}", "1")
@@ -157,8 +165,9 @@ def test_a_connection_killed_mid_transaction_rolls_back_cursor_and_outbox(cfg, r
             locker.execute("SELECT pg_stat_clear_snapshot()")  # fresh stats in a transaction
             row = locker.execute(
                 "SELECT pid FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
-                " AND query ILIKE 'INSERT INTO %%poll_outbox%%'", [tick.result["pid"]],
-            ).fetchone()  # fmt: skip
+                " AND query ILIKE 'INSERT INTO %%poll_outbox%%'",
+                [tick.result["pid"]],
+            ).fetchone()
             return row and row[0]
 
         pid = wait_for(waiting_insert, 10, what="the commit waiting inside its transaction")

@@ -30,10 +30,16 @@ NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
 def job(job_id: str, kind: str, sink_url: str, **config) -> dict:
     return {
-        "id": job_id, "kind": kind, "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"deliver": {"channel": "webhook", "to": "ops"},
-                   "allow_private_networks": True, **config},
-    }  # fmt: skip
+        "id": job_id,
+        "kind": kind,
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "deliver": {"channel": "webhook", "to": "ops"},
+            "allow_private_networks": True,
+            **config,
+        },
+    }
 
 
 def agents(sink_url: str) -> dict:
@@ -55,8 +61,9 @@ def test_a_feed_item_with_nul_is_stored_without_it_and_its_siblings_are_delivere
     feed = rss(("post-1", "one"), ("post-2", "t&#0;wo"), ("post-3", "three&#0;"))
     with TestHTTPServer() as srv, Sink() as sink:
         srv.route("GET", "/feed.xml", reply(200, feed, {"Content-Type": "application/rss+xml"}))
-        cfg.write([job("blog", "rss", sink.url, feed_url=srv.url("/feed.xml"))],
-                  agents=agents(sink.url))  # fmt: skip
+        cfg.write(
+            [job("blog", "rss", sink.url, feed_url=srv.url("/feed.xml"))], agents=agents(sink.url)
+        )
         cfg.reload()
         report = tick_job("blog", now=NOW)
         assert (report.status, report.items_dispatched) == ("ok", 3), report
@@ -75,9 +82,19 @@ def test_a_json_item_with_nul_is_stored_without_it_and_its_siblings_are_delivere
     ]
     with TestHTTPServer() as api, Sink() as sink:
         api.route("GET", "/items", json_reply({"items": items}))
-        cfg.write([job("w", "webhook_poll", sink.url, url=api.url("/items"),
-                       items_path="items", message_template="{title}")],
-                  agents=agents(sink.url))  # fmt: skip
+        cfg.write(
+            [
+                job(
+                    "w",
+                    "webhook_poll",
+                    sink.url,
+                    url=api.url("/items"),
+                    items_path="items",
+                    message_template="{title}",
+                )
+            ],
+            agents=agents(sink.url),
+        )
         cfg.reload()
         report = tick_job("w", now=NOW)
         assert (report.status, report.items_dispatched) == ("ok", 3), report
@@ -90,8 +107,13 @@ def test_a_json_item_with_nul_is_stored_without_it_and_its_siblings_are_delivere
 
 
 def scripted(job_id: str) -> dict:
-    return {"id": job_id, "kind": "scripted", "agent": "ana", "schedule": {"every_secs": 60},
-            "config": {"deliver": {"channel": "log", "to": "ops"}}}  # fmt: skip
+    return {
+        "id": job_id,
+        "kind": "scripted",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {"deliver": {"channel": "log", "to": "ops"}},
+    }
 
 
 def test_a_poller_error_with_nul_is_stored_and_kept_in_history_without_it(cfg, redis_client):

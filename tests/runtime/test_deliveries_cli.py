@@ -35,10 +35,16 @@ def outbox(cfg, redis_client):
     """Job a (webhook): one row sent, two dead; one row held; job b (log): one pending."""
     with TestHTTPServer() as hook:
         hook.route("POST", "/hook", sequence(200, 400))
-        agents = {"ana": {"log": {}, "webhook": {"url": hook.url("/hook"),
-                                                 "allow_private_networks": True}}}  # fmt: skip
-        cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}}),
-                   scripted("b")], agents=agents)  # fmt: skip
+        agents = {
+            "ana": {
+                "log": {},
+                "webhook": {"url": hook.url("/hook"), "allow_private_networks": True},
+            }
+        }
+        cfg.write(
+            [scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}}), scripted("b")],
+            agents=agents,
+        )
         cfg.reload()
         redis_client.rpush("test:src:a", 1, 2, 3)
         redis_client.rpush("test:src:b", 1)
@@ -46,15 +52,21 @@ def outbox(cfg, redis_client):
         (pending,) = tick_job("b", now=NOW).delivery_ids
         held = str(
             Delivery.objects.create(
-                job_id="a", agent="ana", epoch=1, purpose="alert", channel="pager",
-                recipient="#ops", payload={"text": "x"}, next_attempt_at=NOW, created_at=NOW,
+                job_id="a",
+                agent="ana",
+                epoch=1,
+                purpose="alert",
+                channel="pager",
+                recipient="#ops",
+                payload={"text": "x"},
+                next_attempt_at=NOW,
+                created_at=NOW,
             ).id
-        )  # fmt: skip
+        )
         outcomes = send([sent, dead1, dead2, held], NOW)
         assert list(outcomes.values()) == ["sent", "dead", "dead", "held"]
         hook.route("POST", "/hook", reply(200))  # the receiver is fixed
-        yield {"sent": sent, "dead": [dead1, dead2], "held": held, "pending": pending,
-               "hook": hook}  # fmt: skip
+        yield {"sent": sent, "dead": [dead1, dead2], "held": held, "pending": pending, "hook": hook}
 
 
 def status_of(*ids: str) -> list[tuple[str, int]]:
@@ -80,9 +92,18 @@ def test_deliveries_lists_rows_with_filters_as_a_table_and_as_json(outbox):
     only_b = json.loads(run("deliveries", "--job", "b", "--json"))
     assert [(d["id"], d["status"]) for d in only_b] == [(outbox["pending"], "pending")]
     assert set(only_b[0]) >= {
-        "id", "job_id", "channel", "recipient", "status", "attempts", "next_attempt_at",
-        "last_error", "created_at", "sent_at", "enqueued_at",
-    }  # fmt: skip
+        "id",
+        "job_id",
+        "channel",
+        "recipient",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_error",
+        "created_at",
+        "sent_at",
+        "enqueued_at",
+    }
     assert "payload" not in only_b[0]
     limited = run("deliveries", "--limit", "2")
     assert "raise --limit" in limited and len(limited.strip().splitlines()) == 4
@@ -115,8 +136,10 @@ def test_redeliver_job_dead_takes_every_dead_row_of_that_job_only(outbox):
     assert sorted(requeued) == sorted([dead1, dead2])
     assert status_of(dead1, dead2) == [("pending", 0), ("pending", 0)]
     assert status_of(outbox["held"], outbox["sent"], outbox["pending"]) == [
-        ("held", 0), ("sent", 1), ("pending", 0)
-    ]  # fmt: skip
+        ("held", 0),
+        ("sent", 1),
+        ("pending", 0),
+    ]
     run("redeliver", "--job", "a", "--held")
     assert status_of(outbox["held"]) == [("pending", 0)]
 

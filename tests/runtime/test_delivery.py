@@ -22,8 +22,9 @@ def send(ids: list[str], at: datetime) -> dict[str, str]:
 
 def setup_job(cfg, redis_client, url: str) -> list[str]:
     agents = {"ana": {"webhook": {"url": url, "allow_private_networks": True}}}
-    cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
-              agents=agents)  # fmt: skip
+    cfg.write(
+        [scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})], agents=agents
+    )
     cfg.reload()
     redis_client.rpush("test:src:a", 1)
     return tick_job("a", now=NOW).delivery_ids
@@ -134,8 +135,9 @@ def test_a_batch_stops_at_its_time_budget_and_defers_the_rest(cfg, redis_client)
         assert sink.hits == [] and Delivery.objects.get(id=row_id).attempts == 0
 
 
-def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(cfg, redis_client, monkeypatch,
-                                                                   caplog):  # fmt: skip
+def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(
+    cfg, redis_client, monkeypatch, caplog
+):
     """A token in the webhook URL path must not leak through a failure's error text."""
     import socket
 
@@ -143,10 +145,17 @@ def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(cfg, redis_c
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("HOOK_TOKEN", "tok-CANARY-123")
-    agents = {"ana": {"webhook": {"url": f"http://127.0.0.1:{port}/hook/${{HOOK_TOKEN}}",
-                                  "allow_private_networks": True}}}  # fmt: skip
-    cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
-              agents=agents)  # fmt: skip
+    agents = {
+        "ana": {
+            "webhook": {
+                "url": f"http://127.0.0.1:{port}/hook/${{HOOK_TOKEN}}",
+                "allow_private_networks": True,
+            }
+        }
+    }
+    cfg.write(
+        [scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})], agents=agents
+    )
     cfg.reload()
     redis_client.rpush("test:src:a", 1)
     (row_id,) = tick_job("a", now=NOW).delivery_ids

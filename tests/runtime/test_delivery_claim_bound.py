@@ -55,8 +55,9 @@ def test_a_slow_smtp_conversation_ends_before_its_claim(cfg, redis_client, setti
     with SMTPServer() as smtp:
         settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
         settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", smtp.port
-        (row_id,) = commit(cfg, redis_client, "email", "ops@example.com",
-                           {"sender": "b@example.com"})  # fmt: skip
+        (row_id,) = commit(
+            cfg, redis_client, "email", "ops@example.com", {"sender": "b@example.com"}
+        )
         smtp.slow(1.2)
         now = timezone.now()
         first = Worker(row_id, now)
@@ -109,9 +110,16 @@ def blocking(transactional_db):
 @pytest.mark.parametrize("first_ends", ["failed", "sent"])
 def test_a_send_that_lost_its_claim_writes_nothing_over_the_new_one(blocking, first_ends):
     now = timezone.now()
-    row = Delivery.objects.create(job_id="j", agent="ana", epoch=1, channel="blocking",
-                                  recipient="x", payload={}, next_attempt_at=now,
-                                  created_at=now)  # fmt: skip
+    row = Delivery.objects.create(
+        job_id="j",
+        agent="ana",
+        epoch=1,
+        channel="blocking",
+        recipient="x",
+        payload={},
+        next_attempt_at=now,
+        created_at=now,
+    )
     row_id = str(row.id)
     blocking.results = [TransientError("boom") if first_ends == "failed" else None, None]
     first = Worker(row_id, now)

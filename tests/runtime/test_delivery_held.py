@@ -107,9 +107,16 @@ def unknown_channel(cfg, redis_client, url, monkeypatch) -> str:
     cfg.write([webhook_job()], agents=hook_agent(url))
     cfg.reload()
     row = Delivery.objects.create(
-        job_id="a", agent="ana", epoch=1, purpose="alert", channel="pager", recipient="#ops",
-        payload={"text": "poller a failing"}, next_attempt_at=NOW, created_at=NOW,
-    )  # fmt: skip
+        job_id="a",
+        agent="ana",
+        epoch=1,
+        purpose="alert",
+        channel="pager",
+        recipient="#ops",
+        payload={"text": "poller a failing"},
+        next_attempt_at=NOW,
+        created_at=NOW,
+    )
     return str(row.id)
 
 
@@ -121,14 +128,18 @@ def channel_fixed(cfg, url, monkeypatch) -> None:
 VARIANTS = {
     "agent removed by a reload": (agent_removed, agent_restored, "'ana' is not declared"),
     "env var missing in the worker": (
-        env_var_missing_in_worker, env_var_set, "environment variable HOOK_SECRET is not set"
+        env_var_missing_in_worker,
+        env_var_set,
+        "environment variable HOOK_SECRET is not set",
     ),
     "binding missing": (binding_missing, binding_added, "no webhook binding"),
     "channel raises ConfigError": (
-        url_refused_by_the_channel, private_networks_allowed, "webhook binding"
+        url_refused_by_the_channel,
+        private_networks_allowed,
+        "webhook binding",
     ),
     "unknown channel": (unknown_channel, channel_fixed, "unknown channel 'pager'"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

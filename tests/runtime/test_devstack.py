@@ -71,11 +71,26 @@ def _start(tmp_path, port: int, linger: float) -> tuple[subprocess.Popen, object
     pidfile = tmp_path / "data" / "run.pid"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.Popen(
-        [sys.executable, "-m", "nexopoll.devstack", "run", str(pidfile), "--",
-         sys.executable, "-m", "honcho", "start", "-f", str(tmp_path / "Procfile")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "nexopoll.devstack",
+            "run",
+            str(pidfile),
+            "--",
+            sys.executable,
+            "-m",
+            "honcho",
+            "start",
+            "-f",
+            str(tmp_path / "Procfile"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
     wait_for(lambda: _listening(port) and pidfile.exists(), 30, what="the stack listening")
     return run, pidfile
 
@@ -84,10 +99,20 @@ def _stop(pidfile) -> subprocess.CompletedProcess:
     """`make stop`, run where `make run` keeps its data/ (the Makefile's own recipe)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        ["make", "--no-print-directory", "-f", str(ROOT / "Makefile"), "stop",
-         f"PYTHON={sys.executable}"],
-        cwd=pidfile.parent.parent, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "-f",
+            str(ROOT / "Makefile"),
+            "stop",
+            f"PYTHON={sys.executable}",
+        ],
+        cwd=pidfile.parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_stop_waits_for_every_process_and_run_exits_0(tmp_path):

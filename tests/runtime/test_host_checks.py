@@ -207,8 +207,9 @@ run(handle)
 def test_sdk_plugin_payload_that_is_not_json_pauses_the_job_naming_the_field(kinds, tmp_path):
     script = tmp_path / "sdk_bad.py"
     script.write_text(SDK_PLUGIN)
-    write_plugin(tmp_path / "plugins", "sdkbad", ["sdk_bad"], lifecycle="ephemeral",
-                 args=[str(script)])  # fmt: skip
+    write_plugin(
+        tmp_path / "plugins", "sdkbad", ["sdk_bad"], lifecycle="ephemeral", args=[str(script)]
+    )
     reset_registry()
     state = run(kinds, "sdk_bad", {})
     assert_paused_nothing_committed(state, "payload.meta.when: datetime is not JSON")

@@ -92,10 +92,11 @@ def test_host_labels_are_capped(cfg, redis_client, settings):
     for host in ("a.test", "b.test", "c.test", "d.test", "a.test"):
         hostwait.record(redis_client, host, 0.02)
     data = scrape()
-    counts = {h: get(data, "poller_host_wait_seconds_count", host=h)
-              for h in ("a.test", "b.test", "c.test", "d.test", hostwait.OTHER)}  # fmt: skip
-    assert counts == {"a.test": 2, "b.test": 1, "c.test": None, "d.test": None,
-                      hostwait.OTHER: 2}  # fmt: skip
+    counts = {
+        h: get(data, "poller_host_wait_seconds_count", host=h)
+        for h in ("a.test", "b.test", "c.test", "d.test", hostwait.OTHER)
+    }
+    assert counts == {"a.test": 2, "b.test": 1, "c.test": None, "d.test": None, hostwait.OTHER: 2}
 
 
 def test_metrics_off_records_no_wait(cfg, redis_client, settings):

@@ -99,8 +99,9 @@ def test_a_batch_whose_acquire_reply_was_lost_runs_every_job_in_the_batch(cfg, l
     reports = batch.run_batch([("a", None), ("b", None)], requeue=requeue_tick, clock=timezone.now)
     assert lossy.cuts == 1
     assert sorted((r.job_id, r.status, r.takeover) for r in reports) == [
-        ("a", "ok", False), ("b", "ok", False)
-    ]  # fmt: skip
+        ("a", "ok", False),
+        ("b", "ok", False),
+    ]
     for job_id in ("a", "b"):
         assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
         assert bytes(PollState.objects.get(job_id=job_id).cursor) == b"1"

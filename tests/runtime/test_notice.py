@@ -25,9 +25,12 @@ def rebaselined(cfg, google, tmp_path) -> PollState:
     """A google_calendar job whose sync token expired (410): re-baselined by a real tick."""
     binding = write_credentials(tmp_path, google)
     job = {
-        "id": "cal", "kind": "google_calendar", "agent": "ana", "schedule": {"every_secs": 60},
+        "id": "cal",
+        "kind": "google_calendar",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
         "config": {"deliver": {"channel": "log", "to": "ops"}},
-    }  # fmt: skip
+    }
     cfg.write([job], agents={"ana": {"log": {}, "google": binding}})
     cfg.reload()
     google.put_event("a")

@@ -105,8 +105,9 @@ def test_a_reload_mid_tick_fences_the_tick_that_read_the_old_definition(cfg, red
     assert not Delivery.objects.exists() and st("a").cursor is None
     assert tick_job("a", now=NOW + timedelta(seconds=60)).status == "ok"
     assert sorted((d.payload["item_id"], d.recipient) for d in Delivery.objects.all()) == [
-        (1, "ops2"), (2, "ops2")
-    ]  # fmt: skip
+        (1, "ops2"),
+        (2, "ops2"),
+    ]
 
 
 @pytest.mark.parametrize("change", ["removed", "re-added paused_on_boot"])

@@ -33,8 +33,9 @@ def true_now(redis_client):
 def rows(cfg, redis_client):
     def commit(url: str, n: int, *, skew=timedelta(0)) -> list[str]:
         agents = {"ana": {"webhook": {"url": url, "allow_private_networks": True}}}
-        cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
-                  agents=agents)  # fmt: skip
+        cfg.write(
+            [scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})], agents=agents
+        )
         cfg.reload()
         redis_client.rpush("test:src:a", *range(1, n + 1))
         with time_machine.travel(timezone.now() + skew, tick=True):
@@ -71,8 +72,9 @@ def test_a_slow_sweeper_queues_rows_due_now(rows, redis_client):
         ids = rows(sink.url, 2)
         redis_client.delete("nexopoll", "nexopoll.deliveries")
         # written a while ago (past the sweeper's grace), their message lost
-        Delivery.objects.update(created_at=true_now(redis_client) - timedelta(seconds=30),
-                                enqueued_at=None)  # fmt: skip
+        Delivery.objects.update(
+            created_at=true_now(redis_client) - timedelta(seconds=30), enqueued_at=None
+        )
         with time_machine.travel(timezone.now() - SKEW, tick=True):
             assert tasks.sweep_outbox()["queued"] == len(ids)
         # and a fast one does not send a retry early: its backoff is in DB time too

@@ -25,8 +25,9 @@ from .test_delivery import NOW
 
 def commit_rows(cfg, redis_client, url: str, n: int) -> list[str]:
     agents = {"ana": {"webhook": {"url": url, "allow_private_networks": True}}}
-    cfg.write([scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})],
-              agents=agents)  # fmt: skip
+    cfg.write(
+        [scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})], agents=agents
+    )
     cfg.reload()
     redis_client.rpush("test:src:a", *range(1, n + 1))
     return tick_job("a", now=NOW).delivery_ids

@@ -147,16 +147,16 @@ def edited(job_id: str, **extra) -> dict:
 
 
 def test_a_reload_that_changes_the_definition_resumes_an_error_pause(cfg, redis_client, caplog):
-    cfg.write([scripted("err"), scripted("op"), scripted("boot", paused_on_boot=True),
-               scripted("same")])  # fmt: skip
+    cfg.write(
+        [scripted("err"), scripted("op"), scripted("boot", paused_on_boot=True), scripted("same")]
+    )
     cfg.reload()
     for job_id in ("err", "same"):
         redis_client.set(f"test:mode:{job_id}", "permanent")
         tick_job(job_id, now=timezone.now())
     services.pause_job("op")
     redis_client.delete("test:mode:err")
-    cfg.write([edited("err"), edited("op"), edited("boot", paused_on_boot=True),
-               scripted("same")])  # fmt: skip
+    cfg.write([edited("err"), edited("op"), edited("boot", paused_on_boot=True), scripted("same")])
     plan = cfg.reload(dry_run=True)
     assert plan.resumed == ["err"] and PollState.objects.get(job_id="err").paused
     epoch = PollState.objects.get(job_id="err").epoch

@@ -24,8 +24,12 @@ def _plain_env(tmp_path, redis_url: str, config: str | None = None) -> dict[str,
 def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_check_and_createsuperuser_print_no_warning_without_make(tmp_path, redis_server):
@@ -72,8 +76,12 @@ def test_following_the_hint_of_an_unset_variable_succeeds(tmp_path, redis_server
     assert shlex.split(command)[:2] == ["python", "manage.py"]
     done = subprocess.run(
         [sys.executable, *shlex.split(command)[1:]],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "W001" not in done.stderr
 

@@ -44,11 +44,18 @@ class Busy:
 
 def job(job_id: str, url: str, **extra) -> dict:
     return {
-        "id": job_id, "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"url": url, "items_path": "", "deliver": {"channel": "log", "to": "ops"},
-                   "allow_private_networks": True},
+        "id": job_id,
+        "kind": "webhook_poll",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "url": url,
+            "items_path": "",
+            "deliver": {"channel": "log", "to": "ops"},
+            "allow_private_networks": True,
+        },
         **extra,
-    }  # fmt: skip
+    }
 
 
 def tick_all(ids: list[str]) -> dict[str, str]:

@@ -18,8 +18,13 @@ NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
 def rss(job_id: str, url: str, **extra) -> dict:
     config = {"feed_url": url, "deliver": {"channel": "log", "to": "ops"}, **extra}
-    return {"id": job_id, "kind": "rss", "agent": "ana", "schedule": {"every_secs": 60},
-            "config": config}  # fmt: skip
+    return {
+        "id": job_id,
+        "kind": "rss",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": config,
+    }
 
 
 def check(cfg, settings) -> str:
@@ -31,14 +36,25 @@ def check(cfg, settings) -> str:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:8001/blog.xml", "http://localhost/blog.xml", "http://[::1]:81/x",
-     "http://10.1.2.3/feed", "http://2130706433/feed", "http://api.localhost/feed",
-     "${FEED_BASE}/blog.xml"],
-)  # fmt: skip
+    [
+        "http://127.0.0.1:8001/blog.xml",
+        "http://localhost/blog.xml",
+        "http://[::1]:81/x",
+        "http://10.1.2.3/feed",
+        "http://2130706433/feed",
+        "http://api.localhost/feed",
+        "${FEED_BASE}/blog.xml",
+    ],
+)
 def test_check_warns_about_a_private_feed_and_names_the_fix(cfg, settings, monkeypatch, url):
     monkeypatch.setenv("FEED_BASE", "http://192.168.1.20:8080")
-    cfg.write([rss("blog", url), rss("public", "https://example.com/feed.xml"),
-               rss("allowed", url, allow_private_networks=True)])  # fmt: skip
+    cfg.write(
+        [
+            rss("blog", url),
+            rss("public", "https://example.com/feed.xml"),
+            rss("allowed", url, allow_private_networks=True),
+        ]
+    )
     out = check(cfg, settings)
     warned = [line for line in out.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1, out

@@ -79,10 +79,21 @@ def test_a_worker_300s_fast_shares_the_bots_rate_by_redis_time(redis_client, red
     rate = 30.0
     t0 = redis_ms(redis_client)
     fast = subprocess.Popen(
-        [faketime, "-f", "+300s", sys.executable, "-m", "tests.support.ratelimitburst",
-         redis_server.url, str(rate), "60", str(SECS)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            faketime,
+            "-f",
+            "+300s",
+            sys.executable,
+            "-m",
+            "tests.support.ratelimitburst",
+            redis_server.url,
+            str(rate),
+            "60",
+            str(SECS),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert fast.stdout is not None
         assert fast.stdout.readline().strip() == "go"

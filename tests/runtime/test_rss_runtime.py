@@ -18,11 +18,18 @@ NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
 def rss_job(url: str, **config) -> dict:
     return {
-        "id": "blog", "kind": "rss", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"feed_url": url, "deliver": {"channel": "log", "to": "ops"},
-                   "allow_private_networks": True, **config},
+        "id": "blog",
+        "kind": "rss",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "feed_url": url,
+            "deliver": {"channel": "log", "to": "ops"},
+            "allow_private_networks": True,
+            **config,
+        },
         "failure_to": {"channel": "log", "to": "oncall"},
-    }  # fmt: skip
+    }
 
 
 def state() -> PollState:
@@ -105,8 +112,11 @@ def test_410_pauses_with_an_operator_message_and_alerts(cfg):
 
 def test_429_is_transient_and_the_next_tick_succeeds(cfg):
     with TestHTTPServer() as srv:
-        srv.route("GET", "/feed.xml", sequence(reply(429, b"", {"Retry-After": "5"}),
-                                               reply(200, rss(("p1", "one")))))  # fmt: skip
+        srv.route(
+            "GET",
+            "/feed.xml",
+            sequence(reply(429, b"", {"Retry-After": "5"}), reply(200, rss(("p1", "one")))),
+        )
         cfg.write([rss_job(srv.url("/feed.xml"))])
         cfg.reload()
         first = tick_job("blog", now=NOW)

@@ -44,10 +44,16 @@ def test_a_telegram_token_from_a_file_is_read_per_send_and_never_stored(
         point_api(monkeypatch, "telegram", server.base_url)
         for token in ("111:FILE-CANARY-one", "222:FILE-CANARY-two"):
             server.route("POST", f"/bot{token}/sendMessage", json_reply({"ok": True}))
-        binding = {"account": "ana_bot", "token": f"${{file:{token_file}}}",
-                   "max_per_chat_per_second": 1000, "max_per_second": 1000}  # fmt: skip
-        cfg.write([scripted("a", config={"deliver": {"channel": "telegram", "to": "42"}})],
-                  agents={"ana": {"telegram": binding}})  # fmt: skip
+        binding = {
+            "account": "ana_bot",
+            "token": f"${{file:{token_file}}}",
+            "max_per_chat_per_second": 1000,
+            "max_per_second": 1000,
+        }
+        cfg.write(
+            [scripted("a", config={"deliver": {"channel": "telegram", "to": "42"}})],
+            agents={"ana": {"telegram": binding}},
+        )
         assert cfg.reload().issues == []
         redis_client.rpush("test:src:a", 1)
         (first,) = tick_job("a", now=NOW).delivery_ids
@@ -57,8 +63,9 @@ def test_a_telegram_token_from_a_file_is_read_per_send_and_never_stored(
         (second,) = tick_job("a", now=NOW).delivery_ids
         assert deliver_rows([second], clock=lambda: NOW) == {second: "sent"}
         assert [r.path for r in server.requests] == [
-            "/bot111:FILE-CANARY-one/sendMessage", "/bot222:FILE-CANARY-two/sendMessage"
-        ]  # fmt: skip
+            "/bot111:FILE-CANARY-one/sendMessage",
+            "/bot222:FILE-CANARY-two/sendMessage",
+        ]
 
         # a failure quoting the token: masked in the row and the logs
         def quote_the_path(req):
@@ -104,9 +111,15 @@ def test_public_variables_are_not_secrets(settings):
     from nexopoll.core.redact import secret_values
 
     refs = {"a": "${FEED_BASE}/x", "b": "${TOKEN}", "c": "${OTHER}", "d": "${NEXOPOLL_DEMO_BASE}"}
-    env = SecretEnv({"FEED_BASE": "https://feeds.example.com", "TOKEN": "s3cr3t-t0ken",
-                     "OTHER": "https://other.example.com", "NEXOPOLL_PUBLIC_VARS": "FEED_BASE",
-                     "NEXOPOLL_DEMO_BASE": "http://127.0.0.1:8000"})  # fmt: skip
+    env = SecretEnv(
+        {
+            "FEED_BASE": "https://feeds.example.com",
+            "TOKEN": "s3cr3t-t0ken",
+            "OTHER": "https://other.example.com",
+            "NEXOPOLL_PUBLIC_VARS": "FEED_BASE",
+            "NEXOPOLL_DEMO_BASE": "http://127.0.0.1:8000",
+        }
+    )
     assert secret_values(refs, env) == {"s3cr3t-t0ken", "https://other.example.com"}
     settings.NEXOPOLL_PUBLIC_VARS = ["OTHER"]
     assert secret_values(refs, env) == {"s3cr3t-t0ken"}

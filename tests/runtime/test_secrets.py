@@ -32,11 +32,19 @@ def closed_port() -> int:
 
 def feed_job(job_id: str = "w", **extra) -> dict:
     spec = {
-        "id": job_id, "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"url": "${FEED_URL}", "items_path": "items", "message_template": "{title}",
-                   "deliver": {"channel": "log", "to": "ops"}, "allow_private_networks": True},
+        "id": job_id,
+        "kind": "webhook_poll",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "url": "${FEED_URL}",
+            "items_path": "items",
+            "message_template": "{title}",
+            "deliver": {"channel": "log", "to": "ops"},
+            "allow_private_networks": True,
+        },
         "failure_to": ALERT,
-    }  # fmt: skip
+    }
     spec["config"].update(extra)
     return spec
 

@@ -17,8 +17,9 @@ def test_state_outlives_its_job_and_the_orm_joins_them(cfg, redis_client):
     cfg.reload()
     store.write_state([("a", {"cursor": b"7", "paused": True})])
     assert {j.job_id: j.state.paused for j in PollJob.objects.select_related("state")} == {
-        "a": True, "b": False,
-    }  # fmt: skip
+        "a": True,
+        "b": False,
+    }
     assert list(PollJob.objects.filter(state__paused=True).values_list("job_id", flat=True)) == [
         "a"
     ]

@@ -53,8 +53,13 @@ def test_a_reload_that_replaces_a_job_moves_its_epoch(cfg, redis_client):
 def test_no_front_end_or_service_writes_state_but_through_write_state():
     """Only ``services/jobs.py`` calls the store's writer; nobody updates the rows by hand."""
     writers = []
-    for folder in ("nexopoll/services", "nexopoll/api", "nexopoll/llm_tools",
-                   "nexopoll/management", "admin_ext"):  # fmt: skip
+    for folder in (
+        "nexopoll/services",
+        "nexopoll/api",
+        "nexopoll/llm_tools",
+        "nexopoll/management",
+        "admin_ext",
+    ):
         for path in (ROOT / folder).rglob("*.py"):
             text = path.read_text()
             if re.search(

@@ -192,8 +192,14 @@ def test_reload_keeps_the_cursor_of_a_replaced_and_of_a_removed_then_re_added_jo
         report = tick_job(job_id, now=NOW)
         assert report.items_dispatched == 1  # only the new item: 1 and 2 are not sent again
     items = sorted((d.job_id, d.payload["item_id"], d.recipient) for d in Delivery.objects.all())
-    assert items == [("a", 1, "ops"), ("a", 2, "ops"), ("a", 3, "ops2"),
-                     ("b", 1, "ops"), ("b", 2, "ops"), ("b", 3, "ops")]  # fmt: skip
+    assert items == [
+        ("a", 1, "ops"),
+        ("a", 2, "ops"),
+        ("a", 3, "ops2"),
+        ("b", 1, "ops"),
+        ("b", 2, "ops"),
+        ("b", 3, "ops"),
+    ]
 
 
 @pytest.mark.parametrize("how", ["taken over", "expired"])

@@ -17,9 +17,11 @@ LOAD_WSGI = "import nexopoll.wsgi; print('web ok')"
 def run_python(code: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
     base.update(
-        DJANGO_SETTINGS_MODULE="nexopoll.settings", PYTHONPATH=str(ROOT),
-        NEXOPOLL_DATA_DIR=str(tmp_path), **env,
-    )  # fmt: skip
+        DJANGO_SETTINGS_MODULE="nexopoll.settings",
+        PYTHONPATH=str(ROOT),
+        NEXOPOLL_DATA_DIR=str(tmp_path),
+        **env,
+    )
     return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60
     )
@@ -47,18 +49,22 @@ def test_web_starts_with_a_key_from_env_or_file_or_in_debug(tmp_path):
     key_file.write_text(key + "\n")
     res = run_python(
         LOAD_WSGI + "; from django.conf import settings; print(settings.SECRET_KEY)",
-        tmp_path, DJANGO_SECRET_KEY_FILE=str(key_file),
-    )  # fmt: skip
+        tmp_path,
+        DJANGO_SECRET_KEY_FILE=str(key_file),
+    )
     assert "web ok" in res.stdout and key in res.stdout
     assert "web ok" in run_python(LOAD_WSGI, tmp_path, DJANGO_DEBUG="1").stdout
 
 
 def test_cli_runs_without_a_key(tmp_path):
     res = subprocess.run(
-        [sys.executable, "manage.py", "pollers", "--help"], cwd=ROOT, capture_output=True,
-        text=True, timeout=60,
+        [sys.executable, "manage.py", "pollers", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
         | {"NEXOPOLL_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "nexopoll.settings"},
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stderr
     assert "run" in res.stdout and "resume" in res.stdout

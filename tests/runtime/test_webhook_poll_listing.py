@@ -26,12 +26,20 @@ MAX_LISTING = 10_000  # the issue's number: a listing up to this size is deliver
 
 def poll_job(url: str, **config) -> dict:
     return {
-        "id": "w", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"url": url, "items_path": "items", "message_template": "item {id}",
-                   "deliver": {"channel": "log", "to": "ops"},
-                   "allow_private_networks": True, **config},
+        "id": "w",
+        "kind": "webhook_poll",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "url": url,
+            "items_path": "items",
+            "message_template": "item {id}",
+            "deliver": {"channel": "log", "to": "ops"},
+            "allow_private_networks": True,
+            **config,
+        },
         "failure_to": {"channel": "log", "to": "oncall"},
-    }  # fmt: skip
+    }
 
 
 class Listing:

@@ -38,12 +38,20 @@ def send(ids: list[str], at: datetime) -> dict[str, str]:
 
 def poll_job(url: str, **config) -> dict:
     return {
-        "id": "w", "kind": "webhook_poll", "agent": "ana", "schedule": {"every_secs": 60},
-        "config": {"url": url, "items_path": "items", "message_template": "{title}",
-                   "deliver": {"channel": "webhook", "to": "ops"},
-                   "allow_private_networks": True, **config},
+        "id": "w",
+        "kind": "webhook_poll",
+        "agent": "ana",
+        "schedule": {"every_secs": 60},
+        "config": {
+            "url": url,
+            "items_path": "items",
+            "message_template": "{title}",
+            "deliver": {"channel": "webhook", "to": "ops"},
+            "allow_private_networks": True,
+            **config,
+        },
         "failure_to": {"channel": "log", "to": "oncall"},
-    }  # fmt: skip
+    }
 
 
 def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeypatch):
@@ -127,8 +135,9 @@ def test_a_secret_in_the_polled_url_is_masked_in_state_and_alerts(cfg, monkeypat
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("BOT_TOKEN", "12345:CANARYsecret")
-    cfg.write([poll_job(f"http://127.0.0.1:{port}/bot${{BOT_TOKEN}}/getUpdates")],
-              breaker_threshold=1)  # fmt: skip
+    cfg.write(
+        [poll_job(f"http://127.0.0.1:{port}/bot${{BOT_TOKEN}}/getUpdates")], breaker_threshold=1
+    )
     cfg.reload()
     report = tick_job("w", now=NOW)
     assert report.status == "transient" and "/bot***/getUpdates" in report.error

@@ -41,12 +41,18 @@ def launch(tmp_path: Path, n: int) -> tuple[subprocess.Popen, list[Path]]:
     files = [tmp_path / f"child{i}" for i in range(n)]
     cmds = [[sys.executable, "-c", CHILD, str(f)] for f in files]
     proc = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH.format(cmds=cmds)], cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", LAUNCH.format(cmds=cmds)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # a group of its own, as under honcho or a terminal
-    )  # fmt: skip
-    wait_for(lambda: all(f.exists() and "ready" in f.read_text() for f in files), 20,
-             what="every child started")  # fmt: skip
+    )
+    wait_for(
+        lambda: all(f.exists() and "ready" in f.read_text() for f in files),
+        20,
+        what="every child started",
+    )
     return proc, files
 
 
@@ -80,8 +86,11 @@ def test_a_killed_launcher_takes_its_children_with_it(tmp_path):
     kids = children(proc)
     proc.kill()  # SIGKILL: nothing forwarded; PR_SET_PDEATHSIG sends each SIGTERM
     proc.wait(10)
-    wait_for(lambda: all(f.read_text().split() == ["ready", "SIGTERM"] for f in files), 20,
-             what="every child got SIGTERM")  # fmt: skip
+    wait_for(
+        lambda: all(f.read_text().split() == ["ready", "SIGTERM"] for f in files),
+        20,
+        what="every child got SIGTERM",
+    )
     psutil.wait_procs(kids, timeout=10)
 
 
@@ -96,8 +105,10 @@ def test_a_child_that_dies_is_reported_and_ends_the_group(tmp_path):
         assert not other.is_running() or other.status() == psutil.STATUS_ZOMBIE
     # the survivors got SIGTERM (Celery's warm shutdown), the victim nothing
     assert sorted(f.read_text().split() for f in files) == [
-        ["ready"], ["ready", "SIGTERM"], ["ready", "SIGTERM"],
-    ]  # fmt: skip
+        ["ready"],
+        ["ready", "SIGTERM"],
+        ["ready", "SIGTERM"],
+    ]
 
 
 def test_the_command_line_per_process(settings, capsys):
@@ -129,14 +140,27 @@ def test_two_real_celery_workers_start_and_stop_on_sigterm(redis_server, tmp_pat
 
     log = tmp_path / "workers.log"
     db = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    env = stack_env(redis_server.url, db, str(tmp_path / "p.yaml"),
-                    NEXOPOLL_WORKER_PROCESSES="2", NEXOPOLL_WORKER_THREADS="2")  # fmt: skip
+    env = stack_env(
+        redis_server.url,
+        db,
+        str(tmp_path / "p.yaml"),
+        NEXOPOLL_WORKER_PROCESSES="2",
+        NEXOPOLL_WORKER_THREADS="2",
+    )
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "nexopoll.workers"], cwd=ROOT, env=env,
-                                stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nexopoll.workers"],
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        wait_for(lambda: log.read_text().count(" ready.") >= 2 or proc.poll() is not None, 90,
-                 what="both workers ready")  # fmt: skip
+        wait_for(
+            lambda: log.read_text().count(" ready.") >= 2 or proc.poll() is not None,
+            90,
+            what="both workers ready",
+        )
         text = log.read_text()
         assert proc.poll() is None, text[-3000:]
         assert "worker1@" in text and "worker2@" in text

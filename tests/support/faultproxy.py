@@ -137,9 +137,12 @@ class FaultProxy:
             writer.transport.abort()
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sent: dict,
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        sent: dict,
         reply: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         while True:
             data = await reader.read(65536)
             if not data:

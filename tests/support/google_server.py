@@ -84,9 +84,12 @@ def _header_text(value: Any) -> str:
 def _gmail_part(part: Any, part_id: str, counter: Any) -> dict[str, Any]:
     headers = [{"name": k, "value": _header_text(v)} for k, v in part.raw_items()]
     doc: dict[str, Any] = {
-        "partId": part_id, "mimeType": part.get_content_type(),
-        "filename": part.get_filename() or "", "headers": headers, "body": {"size": 0},
-    }  # fmt: skip
+        "partId": part_id,
+        "mimeType": part.get_content_type(),
+        "filename": part.get_filename() or "",
+        "headers": headers,
+        "body": {"size": 0},
+    }
     if part.is_multipart():
         prefix = f"{part_id}." if part_id else ""
         doc["parts"] = [
@@ -224,9 +227,15 @@ class FakeGoogle:
         kind = self._kind(method, path)
         with self.lock:
             self.requests.append(
-                {"kind": kind, "method": method, "path": path, "query": query,
-                 "headers": headers, "body": body}
-            )  # fmt: skip
+                {
+                    "kind": kind,
+                    "method": method,
+                    "path": path,
+                    "query": query,
+                    "headers": headers,
+                    "body": body,
+                }
+            )
             scripted = self.failures.get(kind)
             reply = scripted.pop(0) if scripted else None
         if reply is not None:
@@ -262,12 +271,17 @@ class FakeGoogle:
         if mode == "invalid_client" or form.get("client_secret") != self.client_secret:
             return 401, {"error": "invalid_client", "error_description": "Unauthorized"}
         if mode == "revoked":
-            return 400, {"error": "invalid_grant",
-                         "error_description": "Token has been expired or revoked."}  # fmt: skip
+            return 400, {
+                "error": "invalid_grant",
+                "error_description": "Token has been expired or revoked.",
+            }
         if mode == "invalid_grant" or form.get("refresh_token") != self.refresh_token:
             return 400, {"error": "invalid_grant", "error_description": "Bad Request"}
-        return 200, {"access_token": self.issue(), "expires_in": self.expires_in,
-                     "token_type": "Bearer"}  # fmt: skip
+        return 200, {
+            "access_token": self.issue(),
+            "expires_in": self.expires_in,
+            "token_type": "Bearer",
+        }
 
     def _list(self, path: str, query: dict[str, str], body: bytes) -> tuple:
         msgs = sorted(self.messages.values(), key=lambda m: -int(m["internalDate"]))
@@ -349,14 +363,26 @@ def _handler(fake: FakeGoogle) -> type[BaseHTTPRequestHandler]:
 
 
 def write_credentials(
-    directory, fake: FakeGoogle, *, token: str | None = None, expiry: str | None = None,
+    directory,
+    fake: FakeGoogle,
+    *,
+    token: str | None = None,
+    expiry: str | None = None,
     name: str = "token.json",
-) -> dict[str, str]:  # fmt: skip
+) -> dict[str, str]:
     """Write a client file and an authorized-user token file; return the ``google`` binding."""
     client = directory / "client.json"
-    client.write_text(json.dumps({"installed": {
-        "client_id": fake.client_id, "client_secret": fake.client_secret,
-        "token_uri": "https://oauth2.googleapis.com/token"}}))  # fmt: skip
+    client.write_text(
+        json.dumps(
+            {
+                "installed": {
+                    "client_id": fake.client_id,
+                    "client_secret": fake.client_secret,
+                    "token_uri": "https://oauth2.googleapis.com/token",
+                }
+            }
+        )
+    )
     doc: dict[str, Any] = {"refresh_token": fake.refresh_token, "token_uri": fake.token_uri}
     if token:
         doc["token"] = token

@@ -37,14 +37,16 @@ class PrivateCluster:
         self.start()
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                             dbname="postgres", autocommit=True) as conn:  # fmt: skip
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
             conn.execute("CREATE DATABASE nexopoll")
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._pg("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"),
-                 "-w", "start")  # fmt: skip
+        self._pg(
+            "pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w", "start"
+        )
 
     def crash(self) -> None:
         self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")

@@ -42,8 +42,9 @@ class CommitCut:
             for args in ((client, upstream, cut, False), (upstream, client, cut, True)):
                 threading.Thread(target=self._pipe, args=args, daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, cut: threading.Event,
-              reply: bool) -> None:  # fmt: skip
+    def _pipe(
+        self, src: socket.socket, dst: socket.socket, cut: threading.Event, reply: bool
+    ) -> None:
         try:
             while data := src.recv(65536):
                 if reply and cut.is_set():  # the server committed: its answer is lost

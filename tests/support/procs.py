@@ -74,12 +74,25 @@ class RedisServer:
         return redis.Redis(port=self.port, decode_responses=True, socket_timeout=timeout)
 
     def start(self) -> None:
-        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.aof else [
-            "--appendonly", "no"]  # fmt: skip
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "everysec"]
+            if self.aof
+            else ["--appendonly", "no"]
+        )
         cmd = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            *persistence, "--dir", self.dir, "--enable-debug-command", "local",
-        ]  # fmt: skip
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            *persistence,
+            "--dir",
+            self.dir,
+            "--enable-debug-command",
+            "local",
+        ]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
@@ -143,9 +156,19 @@ class CeleryProc:
         base = [*self.prefix, sys.executable, "-m", "celery", "-A", "nexopoll"]
         if self.role == "worker":
             cmd = base + [
-                "worker", "-P", "prefork", "-c", "1", "-n", f"{self.name}@%h",  # queue: settings
-                "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
-            ]  # fmt: skip
+                "worker",
+                "-P",
+                "prefork",
+                "-c",
+                "1",
+                "-n",
+                f"{self.name}@%h",  # queue: settings
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "info",
+            ]
             ready = "ready."
         else:
             cmd = base + [

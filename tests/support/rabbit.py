@@ -83,9 +83,13 @@ class RabbitNode:
         self._write_config()
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [server], env=self.env(), cwd=self.dir, stdout=fh, stderr=subprocess.STDOUT,
+            [server],
+            env=self.env(),
+            cwd=self.dir,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         fh.close()
         deadline = time.monotonic() + timeout
         while not self._amqp_ready():

@@ -75,8 +75,20 @@ class SentinelGroup:
     def _server(self, name: str, *extra: str) -> _Proc:
         port = free_port()
         (self.dir / name).mkdir()
-        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", str(self.dir / name), *extra]  # fmt: skip
+        cmd = [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir / name),
+            *extra,
+        ]
         if self.password:
             cmd += ["--requirepass", self.password, "--masterauth", self.password]
         proc = _Proc(port, cmd, self.password)
@@ -148,9 +160,12 @@ class SentinelGroup:
         )
         retry = Retry(ExponentialBackoff(cap=1, base=0.1), 10, (redis.exceptions.ConnectionError,))
         return sentinel.master_for(
-            MASTER, decode_responses=True, socket_timeout=timeout, retry=retry,
+            MASTER,
+            decode_responses=True,
+            socket_timeout=timeout,
+            retry=retry,
             password=self.password or None,
-        )  # fmt: skip
+        )
 
     def promoted(self, old_port: int) -> int | None:
         """The new master's port once every sentinel names one other than ``old_port``

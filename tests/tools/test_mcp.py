@@ -37,9 +37,11 @@ def jobs(tmp_path, redis_server, redis_client, transactional_db) -> Config:
 def session_run(cfg: Config, script, *, agent: str = "ana", answer: str | None = None):
     """Spawn the server, open a client session, run ``script(session)``; return its value."""
     params = StdioServerParameters(
-        command=sys.executable, args=["manage.py", "pollers", "mcp", "--agent", agent],
-        env=cfg.env, cwd=str(ROOT),
-    )  # fmt: skip
+        command=sys.executable,
+        args=["manage.py", "pollers", "mcp", "--agent", agent],
+        env=cfg.env,
+        cwd=str(ROOT),
+    )
     asked: list[str] = []
 
     async def elicit(context, params: types.ElicitRequestParams):
@@ -73,8 +75,14 @@ def test_list_and_call_tools_over_mcp(jobs):
 
     (tools, listed, paused, other, extra, reset), _ = session_run(jobs, script)
     names = [t.name for t in tools.tools]
-    assert names[:6] == ["pollers_list", "pollers_show", "pollers_run", "pollers_pause",
-                         "pollers_resume", "pollers_reset"]  # fmt: skip
+    assert names[:6] == [
+        "pollers_list",
+        "pollers_show",
+        "pollers_run",
+        "pollers_pause",
+        "pollers_resume",
+        "pollers_reset",
+    ]
     assert "scripted_peek" in names
     assert tools.tools[1].input_schema["required"] == ["id"]
     assert [j["id"] for j in payload(listed)["result"]["jobs"]] == ["ana-1", "ana-2"]

@@ -16,8 +16,17 @@ from tests.support.testpollers import ScriptedPoller
 from .test_tools import jobs, refused  # noqa: F401  (the fixture)
 
 ID_FIELDS = {"id": "ana-1", "job_id": "ana-1"}
-TOOLS = ["pollers_list", "pollers_show", "pollers_run", "pollers_pause", "pollers_resume",
-         "pollers_reset", "gmail_count_unread", "scripted_peek", "scripted_sample"]  # fmt: skip
+TOOLS = [
+    "pollers_list",
+    "pollers_show",
+    "pollers_run",
+    "pollers_pause",
+    "pollers_resume",
+    "pollers_reset",
+    "gmail_count_unread",
+    "scripted_peek",
+    "scripted_sample",
+]
 BAD_BY_TYPE = {
     "integer": [2.0, 1.5, True, False, "2", None, [2], {"n": 2}, math.nan, math.inf, 10**30],
     "boolean": [1, 0, 1.0, "true", "false", "yes", None, [True], {}],
@@ -45,8 +54,12 @@ def bad_arguments(name: str) -> list[dict]:
             cases.append({**base, field: prop["maximum"] + 1})
         if "maxLength" in prop:
             cases.append({**base, field: "a" * (prop["maxLength"] + 1)})
-    cases += [{**base, "unknown": 1}, {**base, "confirm": True}, {**base, "": None},
-              {**base, "x\x00": 1}]  # fmt: skip
+    cases += [
+        {**base, "unknown": 1},
+        {**base, "confirm": True},
+        {**base, "": None},
+        {**base, "x\x00": 1},
+    ]
     if params.get("required"):
         cases.append({})
     return cases
@@ -58,8 +71,9 @@ def test_the_cases_cover_every_tool(jobs):  # noqa: F811
 
 @pytest.mark.parametrize("name", TOOLS)
 def test_bad_arguments_get_a_clean_tool_error(jobs, name):  # noqa: F811
-    before = list(PollState.objects.order_by("job_id").values_list("job_id", "epoch", "paused",
-                                                                   "ticks_total"))  # fmt: skip
+    before = list(
+        PollState.objects.order_by("job_id").values_list("job_id", "epoch", "paused", "ticks_total")
+    )
     cases = bad_arguments(name)
     assert len(cases) >= 8
     for args in cases:
@@ -67,8 +81,9 @@ def test_bad_arguments_get_a_clean_tool_error(jobs, name):  # noqa: F811
         assert len(message) <= 400 and "\n" not in message and "\x00" not in message, args
     for args in (None, [], "ana-1", 1, [{"id": "ana-1"}]):
         refused("invalid_arguments", name, args, agent="ana")
-    after = list(PollState.objects.order_by("job_id").values_list("job_id", "epoch", "paused",
-                                                                  "ticks_total"))  # fmt: skip
+    after = list(
+        PollState.objects.order_by("job_id").values_list("job_id", "epoch", "paused", "ticks_total")
+    )
     assert after == before
 
 
@@ -82,8 +97,7 @@ def test_list_limit_must_be_a_json_integer(jobs):  # noqa: F811
 def test_a_custom_schema_without_additional_properties_is_closed(jobs, redis_client):  # noqa: F811
     assert "additionalProperties" not in ScriptedPoller().custom_tools()[1].parameters
     redis_client.rpush("test:src:ana-1", 1, 2, 3)
-    out = call_tool("scripted_sample", {"job_id": "ana-1", "count": 2, "newest": True},
-                    agent="ana")  # fmt: skip
+    out = call_tool("scripted_sample", {"job_id": "ana-1", "count": 2, "newest": True}, agent="ana")
     assert out["result"]["items"] == ["3", "2"]
     refused("invalid_arguments", "scripted_sample", {"job_id": "ana-1", "count": 2.0})
     refused("invalid_arguments", "scripted_sample", {"job_id": "ana-1", "verbose": True})

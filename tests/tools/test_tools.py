@@ -10,8 +10,14 @@ from nexopoll.llm_tools import ToolError, anthropic_tools, call_tool, openai_too
 from nexopoll.models import PollState
 from tests.runtime.conftest import Config, scripted
 
-BUILTIN = ["pollers_list", "pollers_show", "pollers_run", "pollers_pause", "pollers_resume",
-           "pollers_reset"]  # fmt: skip
+BUILTIN = [
+    "pollers_list",
+    "pollers_show",
+    "pollers_run",
+    "pollers_pause",
+    "pollers_resume",
+    "pollers_reset",
+]
 
 
 @pytest.fixture
@@ -66,8 +72,7 @@ def test_list_is_scoped_to_the_agent(jobs, settings):
 
 
 def test_an_agent_is_refused_another_agents_job(jobs):
-    for name in ("pollers_show", "pollers_run", "pollers_pause", "pollers_resume",
-                 "pollers_reset"):  # fmt: skip
+    for name in ("pollers_show", "pollers_run", "pollers_pause", "pollers_resume", "pollers_reset"):
         assert "bob-1" in refused("not_found", name, {"id": "bob-1"}, agent="ana")
     refused("not_found", "scripted_peek", {"job_id": "bob-1"}, agent="ana")
     assert not state("bob-1").paused and state("bob-1").ticks_total == 0
@@ -102,8 +107,9 @@ def test_reset_needs_a_human(jobs, redis_client):
     message = refused("needs_human_confirmation", "pollers_reset", {"id": "ana-1"}, agent="ana")
     assert "--yes" in message and bytes(state("ana-1").cursor) == b"1"
     asked = []
-    out = call_tool("pollers_reset", {"id": "ana-1"}, agent="ana",
-                    confirm=lambda q: asked.append(q) or False)  # fmt: skip
+    out = call_tool(
+        "pollers_reset", {"id": "ana-1"}, agent="ana", confirm=lambda q: asked.append(q) or False
+    )
     assert out["result"]["reset"] is False and state("ana-1").epoch == epoch
     assert "ana-1" in asked[0]
     out = call_tool("pollers_reset", {"id": "ana-1"}, agent="ana", confirm=lambda q: True)

@@ -24,11 +24,16 @@ class Host:
 
 def ctx(cursor: bytes | None, host: Host, **config) -> PollContext:
     return PollContext(
-        job_id="numbers", agent_id="ana", kind="example_sequence",
-        config={"deliver": {"channel": "log", "to": "ops"}, **config}, cursor=cursor,
-        now=datetime(2026, 1, 1, tzinfo=UTC), interval_hint=timedelta(seconds=60),
-        cancel=CancelToken(deadline=time.monotonic() + 10), host=host,
-    )  # fmt: skip
+        job_id="numbers",
+        agent_id="ana",
+        kind="example_sequence",
+        config={"deliver": {"channel": "log", "to": "ops"}, **config},
+        cursor=cursor,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        interval_hint=timedelta(seconds=60),
+        cancel=CancelToken(deadline=time.monotonic() + 10),
+        host=host,
+    )
 
 
 def test_each_tick_delivers_the_next_number_and_keeps_it_as_cursor():

@@ -196,9 +196,15 @@ class JobLoader:
         if model.host_limits is not None:
             limits = model.host_limits.model_dump(exclude_none=True) or None
         digest = definition_hash(
-            model.kind, model.agent, schedule, jitter, config, failure_to, model.paused_on_boot,
+            model.kind,
+            model.agent,
+            schedule,
+            jitter,
+            config,
+            failure_to,
+            model.paused_on_boot,
             limits,
-        )  # fmt: skip
+        )
         return JobSpec(
             id=job_id,
             kind=model.kind,

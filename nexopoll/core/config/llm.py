@@ -24,8 +24,15 @@ def check_llm_section(doc: Any, source: str, env: Mapping[str, str]) -> None:
     _, problems = parse_llm(doc.value["llm"], env)
     if not problems:
         return
-    raise ConfigFileError([
-        ConfigIssue(source, doc.line_of(("llm", *rel)), None,
-                    "llm" + "".join(f".{p}" for p in rel), message)
-        for rel, message in problems
-    ])  # fmt: skip
+    raise ConfigFileError(
+        [
+            ConfigIssue(
+                source,
+                doc.line_of(("llm", *rel)),
+                None,
+                "llm" + "".join(f".{p}" for p in rel),
+                message,
+            )
+            for rel, message in problems
+        ]
+    )

@@ -37,13 +37,35 @@ from ..yamlsrc import Path
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 _SECRET_HEADER_WORDS = (
-    "authorization", "cookie", "token", "secret", "key", "password", "passwd",
-    "credential", "session", "signature",
-)  # fmt: skip
+    "authorization",
+    "cookie",
+    "token",
+    "secret",
+    "key",
+    "password",
+    "passwd",
+    "credential",
+    "session",
+    "signature",
+)
 _SECRET_PARAMS = frozenset(
-    {"key", "apikey", "api_key", "access_token", "token", "auth", "password", "passwd",
-     "secret", "client_secret", "signature", "sig", "session", "private_token"}
-)  # fmt: skip
+    {
+        "key",
+        "apikey",
+        "api_key",
+        "access_token",
+        "token",
+        "auth",
+        "password",
+        "passwd",
+        "secret",
+        "client_secret",
+        "signature",
+        "sig",
+        "session",
+        "private_token",
+    }
+)
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://", re.ASCII)
 _REF = "${"
 

@@ -98,16 +98,32 @@ class Command(BaseCommand):
         if opts["json"]:
             return self._json(jobs)
         rows = [
-            ("ID", "KIND", "AGENT", "STATUS", "PAUSED", "ERRORS", "BREAKER", "LAST RUN (UTC)",
-             "NEXT (UTC)")
-        ]  # fmt: skip
+            (
+                "ID",
+                "KIND",
+                "AGENT",
+                "STATUS",
+                "PAUSED",
+                "ERRORS",
+                "BREAKER",
+                "LAST RUN (UTC)",
+                "NEXT (UTC)",
+            )
+        ]
         for j in jobs:
-            rows.append((
-                j["id"], j["kind"], j["agent"], j.get("status", "-"),
-                "yes" if j.get("paused") else "no", str(j.get("consecutive_errors", 0)),
-                j.get("breaker", "-"), (j.get("last_run_at") or "-")[:19],
-                "paused" if j.get("paused") else (j.get("next_run_at") or "-")[:19],
-            ))  # fmt: skip
+            rows.append(
+                (
+                    j["id"],
+                    j["kind"],
+                    j["agent"],
+                    j.get("status", "-"),
+                    "yes" if j.get("paused") else "no",
+                    str(j.get("consecutive_errors", 0)),
+                    j.get("breaker", "-"),
+                    (j.get("last_run_at") or "-")[:19],
+                    "paused" if j.get("paused") else (j.get("next_run_at") or "-")[:19],
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             self.stdout.write(
@@ -170,9 +186,11 @@ class Command(BaseCommand):
 
     def do_reload(self, **opts: Any) -> None:
         res = services.reload_config(
-            now=timezone.now(), dry_run=opts["dry_run"], strict=opts["strict"],
+            now=timezone.now(),
+            dry_run=opts["dry_run"],
+            strict=opts["strict"],
             progress=self.stderr.write,  # a big reload's steps, as they end
-        )  # fmt: skip
+        )
         if opts["json"]:
             self._json(res.as_dict())
             return self._fail_on_issues(res)
@@ -268,12 +286,20 @@ class Command(BaseCommand):
         ]
         for r in rows:
             error = " ".join(r["last_error"].split())
-            table.append((
-                r["id"], r["job_id"], r["channel"], r["recipient"][:40], r["status"],
-                str(r["attempts"]),
-                (r["next_attempt_at"] or "-")[:19] if r["status"] in ("pending", "held") else "-",
-                error[:80] + ("…" if len(error) > 80 else ""),
-            ))  # fmt: skip
+            table.append(
+                (
+                    r["id"],
+                    r["job_id"],
+                    r["channel"],
+                    r["recipient"][:40],
+                    r["status"],
+                    str(r["attempts"]),
+                    (r["next_attempt_at"] or "-")[:19]
+                    if r["status"] in ("pending", "held")
+                    else "-",
+                    error[:80] + ("…" if len(error) > 80 else ""),
+                )
+            )
         widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
         for t in table:
             self.stdout.write(
@@ -288,9 +314,13 @@ class Command(BaseCommand):
         if opts["row_ids"] and (opts["dead"] or opts["held"]):
             raise CommandError("--dead and --held select the rows of --job; not with row ids")
         ids = services.redeliver(
-            opts["row_ids"], job_id=opts["job"], dead=opts["dead"], held=opts["held"],
-            force=opts["force"], now=timezone.now(),
-        )  # fmt: skip
+            opts["row_ids"],
+            job_id=opts["job"],
+            dead=opts["dead"],
+            held=opts["held"],
+            force=opts["force"],
+            now=timezone.now(),
+        )
         if opts["json"]:
             return self._json({"requeued": ids})
         self.stdout.write(f"requeued {len(ids)} row(s)" + "".join(f"\n  {i}" for i in ids))

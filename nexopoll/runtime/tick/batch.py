@@ -136,8 +136,9 @@ def run_batch(
     except DatabaseError as exc:
         now = clock()
         for job_id in held:
-            waves.add(job_id, now, failures.db_unavailable(job_id, exc, now=now,
-                                                           where="before the tick"))  # fmt: skip
+            waves.add(
+                job_id, now, failures.db_unavailable(job_id, exc, now=now, where="before the tick")
+            )
         rows = None
     rows, loaded = rows or {}, rows is not None
     # a job with a tick that never ended (a crash?) runs alone: see the module docstring
@@ -174,9 +175,7 @@ def run_batch(
     return reports
 
 
-def _tick_one(
-    job_id: str, row, now: datetime, held: lease.Lease
-) -> batchcommit.Ran | TickReport:
+def _tick_one(job_id: str, row, now: datetime, held: lease.Lease) -> batchcommit.Ran | TickReport:
     """Run one job's tick up to its commit; a failure of this job stays this job's."""
     t: TickRun | None = None
     report = TickReport(job_id, "fenced")
@@ -212,9 +211,7 @@ def _tick_one(
             run.ended(t, report)
 
 
-def _hand_back(
-    client, leases: list[lease.Lease], ttls: dict[str, int], requeue: Requeue
-) -> None:
+def _hand_back(client, leases: list[lease.Lease], ttls: dict[str, int], requeue: Requeue) -> None:
     """Give back leases of jobs this batch will not run, and queue those jobs as single
     ticks (their crash markers keep the count they had before the batch took them)."""
     if not leases:

@@ -68,10 +68,13 @@ class Waves:
     """The batch's finished ticks on their way to the DB (see the module docstring)."""
 
     def __init__(
-        self, client, held: dict[str, lease.Lease], busy: list[str],
+        self,
+        client,
+        held: dict[str, lease.Lease],
+        busy: list[str],
         retry: Callable[[list[TickReport]], None],
         pool: Callable[[], object],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._client, self._held, self._retry, self._pool = client, held, retry, pool
         self._busy = busy  # skipped for a busy lease: counted with the first wave
         self._cond = threading.Condition()
@@ -192,16 +195,20 @@ def commit(ran: list[Ran], hooks: list) -> dict[str, TickReport]:
     except Exception as exc:
         store.drop_if_unusable()
         landed = failures.landed(exc, [r.write for r in ran])
-        log.warning("tick.batch_commit_failed ticks=%s (%s): committing each alone",
-                    len(ran), type(exc).__name__)  # fmt: skip
+        log.warning(
+            "tick.batch_commit_failed ticks=%s (%s): committing each alone",
+            len(ran),
+            type(exc).__name__,
+        )
         for r in ran:
             job_id = r.t.job.job_id
             if job_id in landed:
                 run.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
                 out[job_id] = _ended(r, r.report)
             else:
-                out[job_id] = _ended(r, run.commit_staged(r.t, r.write, r.report, r.decision,
-                                                           hooks))  # fmt: skip
+                out[job_id] = _ended(
+                    r, run.commit_staged(r.t, r.write, r.report, r.decision, hooks)
+                )
         _enqueue([r for r in ran if r.t.job.job_id in landed])
         return out
     for r in ran:

@@ -44,15 +44,14 @@ def holds(held: lease.Lease) -> bool:
         return False
 
 
-def db_unavailable(
-    job_id: str, exc: DatabaseError, *, now: datetime, where: str
-) -> TickReport:
+def db_unavailable(job_id: str, exc: DatabaseError, *, now: datetime, where: str) -> TickReport:
     """A transient DB error before or at commit: nothing committed; the task retries soon."""
     store.drop_if_unusable()
     message = f"database unavailable {where}: {store.describe_db_error(exc)}"
     log.warning("tick.db_error job=%s class=%s %s", job_id, type(exc).__name__, message)
-    return TickReport(job_id, "transient", reason="database unavailable", error=message,
-                      db_error=True)  # fmt: skip
+    return TickReport(
+        job_id, "transient", reason="database unavailable", error=message, db_error=True
+    )
 
 
 def leases_kept(leases: list[lease.Lease]) -> set[str]:
@@ -73,8 +72,7 @@ def leases_kept(leases: list[lease.Lease]) -> set[str]:
 
 def lease_lost(t: TickRun) -> TickReport:
     log.warning("lease.lost job=%s epoch=%s: not committing", t.job.job_id, t.epoch)
-    return TickReport(t.job.job_id, "fenced", reason="lease lost before commit",
-                           epoch=t.epoch)  # fmt: skip
+    return TickReport(t.job.job_id, "fenced", reason="lease lost before commit", epoch=t.epoch)
 
 
 def landed(exc: BaseException, writes: list[store.TickWrite]) -> set[str]:
@@ -117,8 +115,14 @@ def commit_failed(t: TickRun, exc: BaseException, latency_ms: int) -> TickReport
     store.drop_if_unusable()
     message = f"the database refused the tick's commit: {store.describe_db_error(exc)}"
     log.error("tick.commit_refused job=%s epoch=%s %s", job_id, t.epoch, message)
-    decision = plan_failure(t.start, ErrorClass.PERMANENT, message, now=t.now, policy=t.policy,
-                            next_slot_at=t.next_slot_at)  # fmt: skip
+    decision = plan_failure(
+        t.start,
+        ErrorClass.PERMANENT,
+        message,
+        now=t.now,
+        policy=t.policy,
+        next_slot_at=t.next_slot_at,
+    )
     return _record_failure(t, decision, "commit refused", message, latency_ms)
 
 
@@ -129,17 +133,16 @@ def _commit_raised(t: TickRun, exc: BaseException, latency_ms: int, secrets) -> 
     # what made the commit fail may be in the text (a character the driver cannot encode)
     message = redact(text, secrets).encode("utf-8", "backslashreplace").decode("utf-8")
     log.error("tick.commit_failed job=%s epoch=%s %s", t.job.job_id, t.epoch, message)
-    decision = plan_failure(t.start, classify(exc), message, now=t.now, policy=t.policy,
-                            next_slot_at=t.next_slot_at)  # fmt: skip
+    decision = plan_failure(
+        t.start, classify(exc), message, now=t.now, policy=t.policy, next_slot_at=t.next_slot_at
+    )
     report = _record_failure(t, decision, "commit failed", message, latency_ms)
     if decision.retry_in is not None:
         report.retry_at = t.now + decision.retry_in
     return report
 
 
-def _record_failure(
-    t: TickRun, decision, reason: str, message: str, latency_ms: int
-) -> TickReport:
+def _record_failure(t: TickRun, decision, reason: str, message: str, latency_ms: int) -> TickReport:
     """Commit ``decision`` (a failed tick's state, its alert) in place of the tick's own
     write, without the cursor or the items' outbox rows."""
     job_id = t.job.job_id
@@ -148,9 +151,13 @@ def _record_failure(
     )
     fields["crash_count"] = 0
     report = TickReport(
-        job_id, decision.status, reason=reason, epoch=t.epoch, error=message,
+        job_id,
+        decision.status,
+        reason=reason,
+        epoch=t.epoch,
+        error=message,
         latency_ms=latency_ms,
-    )  # fmt: skip
+    )
     report.deliveries = write.notices(t.job, decision, t.now)
     try:
         write.commit_fields(t, fields, report)

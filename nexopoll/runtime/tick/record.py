@@ -31,12 +31,21 @@ def release_and_record(
 def history_entry(report: TickReport, now: datetime, held, *, manual: bool = False):
     """The tick's history entry, which also releases ``held`` and records its metrics."""
     return history.Entry(
-        report.job_id, at=now, status=report.status, ms=report.latency_ms,
-        seen=report.items_seen, dispatched=report.items_dispatched, error=report.error,
-        epoch=report.epoch, start_cursor=report.start_cursor, reason=report.reason,
-        manual=manual, held=held, metrics=metricstore.tick_writer(report),
+        report.job_id,
+        at=now,
+        status=report.status,
+        ms=report.latency_ms,
+        seen=report.items_seen,
+        dispatched=report.items_dispatched,
+        error=report.error,
+        epoch=report.epoch,
+        start_cursor=report.start_cursor,
+        reason=report.reason,
+        manual=manual,
+        held=held,
+        metrics=metricstore.tick_writer(report),
         slow=slow_mark(report),
-    )  # fmt: skip
+    )
 
 
 def slow_mark(report: TickReport):

@@ -99,8 +99,15 @@ def default_lease_ttl_ms() -> int:
 def _run(
     job_id: str, *, now: datetime, manual: bool, dry_run: bool, force: bool, held
 ) -> TickReport:
-    t = prepare(job_id, store.load_state(job_id), now=now, held=held, manual=manual,
-                dry_run=dry_run, force=force)  # fmt: skip
+    t = prepare(
+        job_id,
+        store.load_state(job_id),
+        now=now,
+        held=held,
+        manual=manual,
+        dry_run=dry_run,
+        force=force,
+    )
     if isinstance(t, TickReport):
         return t
     if dry_run:
@@ -116,9 +123,15 @@ def _run(
 
 
 def prepare(
-    job_id: str, row: dict[str, Any] | None, *, now: datetime, held,
-    manual: bool = False, dry_run: bool = False, force: bool = False,
-) -> TickRun | TickReport:  # fmt: skip
+    job_id: str,
+    row: dict[str, Any] | None,
+    *,
+    now: datetime,
+    held,
+    manual: bool = False,
+    dry_run: bool = False,
+    force: bool = False,
+) -> TickRun | TickReport:
     """What the tick starts from (``row``: its state row), or why it does not run
     (``core.decide.should_run`` decides; this reads what it decides from)."""
     job = definitions.get(job_id, row["definition_hash"]) if row else None
@@ -141,8 +154,15 @@ def prepare(
         trial_started_at=row["breaker_trial_at"],
     )
     crash_count = lease.crashes(row, held)
-    state = RunState(known=True, health=health, paused=row["paused"], crash_count=crash_count,
-                     manual=manual, force=force, dry_run=dry_run)  # fmt: skip
+    state = RunState(
+        known=True,
+        health=health,
+        paused=row["paused"],
+        crash_count=crash_count,
+        manual=manual,
+        force=force,
+        dry_run=dry_run,
+    )
     go = should_run(state, now=now, policy=policy)
     if isinstance(go, Skip):
         return skipped(job_id, go.reason)
@@ -151,20 +171,30 @@ def prepare(
     read = row["epoch"]
     start = StartState(health, row["alert_active"], row["last_failure_alert_at"])
     return TickRun(
-        job=job, row=row, start=start,
-        policy=policy, epoch=read + (held.started if held is not None else 1),
-        crash_count=crash_count, now=now, held=held,
-        next_slot_at=next_slot(job.schedule, after=now, offset=job.offset), expect=read,
-        trial=go.trial, capped=go.capped,
-    )  # fmt: skip
+        job=job,
+        row=row,
+        start=start,
+        policy=policy,
+        epoch=read + (held.started if held is not None else 1),
+        crash_count=crash_count,
+        now=now,
+        held=held,
+        next_slot_at=next_slot(job.schedule, after=now, offset=job.offset),
+        expect=read,
+        trial=go.trial,
+        capped=go.capped,
+    )
 
 
 def take_epoch(t: TickRun, *, manual: bool) -> bool:
     """A manual run, or a half-open trial whose marker every worker must see while it
     runs: take the epoch before polling (the old two-write protocol, for these alone)."""
-    started = {"last_started_at": t.now, "crash_count": t.crash_count,
-               "running_since": None if manual else t.now,
-               "breaker_trial_at": t.trial or t.row["breaker_trial_at"]}  # fmt: skip
+    started = {
+        "last_started_at": t.now,
+        "crash_count": t.crash_count,
+        "running_since": None if manual else t.now,
+        "breaker_trial_at": t.trial or t.row["breaker_trial_at"],
+    }
     if not store.take_epoch(t.job.job_id, t.expect, started):
         return False
     t.epoch = t.expect = t.expect + 1
@@ -201,8 +231,9 @@ def execute(t: TickRun) -> tuple[TickReport, Decision, TickAck | None, int]:
     report.poller_metrics = host.metric_counts
     if exc is None:
         assert ack is not None
-        decision = plan_success(t.start, now=now, policy=t.policy,
-                                hint=ack.next_interval_hint, one_shot=job.one_shot)  # fmt: skip
+        decision = plan_success(
+            t.start, now=now, policy=t.policy, hint=ack.next_interval_hint, one_shot=job.one_shot
+        )
         report.items_seen, report.items_dispatched = ack.items_seen, ack.items_dispatched
         report.next_cursor = ack.next_cursor
         report.deliveries = list(host.deliveries)
@@ -216,8 +247,15 @@ def execute(t: TickRun) -> tuple[TickReport, Decision, TickAck | None, int]:
         ):
             log.warning("tick.unexpected_error job=%s\n%s", job.job_id, redact(_tb(exc), secrets))
         retry_after = getattr(exc, "retry_after", None)
-        decision = plan_failure(t.start, classify(exc), message, now=now, policy=t.policy,
-                                next_slot_at=t.next_slot_at, retry_after=retry_after)  # fmt: skip
+        decision = plan_failure(
+            t.start,
+            classify(exc),
+            message,
+            now=now,
+            policy=t.policy,
+            next_slot_at=t.next_slot_at,
+            retry_after=retry_after,
+        )
         report.status, report.error = decision.status, message
     report.deliveries += tickwrite.notices(job, decision, now)
     if decision.retry_in is not None:
@@ -236,9 +274,12 @@ def _finish(
 
 
 def commit_staged(
-    t: TickRun, write: store.TickWrite, report: TickReport, decision: Decision,
+    t: TickRun,
+    write: store.TickWrite,
+    report: TickReport,
+    decision: Decision,
     hooks: list | None = None,
-) -> TickReport:  # fmt: skip
+) -> TickReport:
     """Commit one staged tick on its own (fenced on its epoch); the report it ends with
     (``hooks``: see ``committed``)."""
     try:
@@ -253,9 +294,14 @@ def commit_staged(
 
 
 def stage(
-    t: TickRun, report: TickReport, decision: Decision, ack: TickAck | None, latency_ms: int,
-    *, check_lease: bool = True,
-) -> store.TickWrite | TickReport:  # fmt: skip
+    t: TickRun,
+    report: TickReport,
+    decision: Decision,
+    ack: TickAck | None,
+    latency_ms: int,
+    *,
+    check_lease: bool = True,
+) -> store.TickWrite | TickReport:
     """The tick's fenced write (state fields, counters, outbox rows), or the report of a
     tick that must not commit (its lease was lost). ``check_lease=False``: the caller
     checks the lease right before its commit (a batch: ``failures.leases_kept``)."""
@@ -279,9 +325,13 @@ def fenced(t: TickRun) -> TickReport:
 
 
 def committed(
-    t: TickRun, report: TickReport, decision: Decision, *, enqueue: bool = True,
+    t: TickRun,
+    report: TickReport,
+    decision: Decision,
+    *,
+    enqueue: bool = True,
     hooks: list | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """After the commit: deliveries handed to the queue (``enqueue``; a batch hands its
     ticks' rows over together), the poller's post-commit effects (added to ``hooks`` as
     ``(job_id, callbacks)`` when given: a batch runs them beside its other ticks),
@@ -303,10 +353,17 @@ def committed(
         # a one-shot job has no next slot: re-arm its entry for when the breaker allows a trial
         _move_entry(job_id, decision.health.open_until or t.now + t.policy.breaker.cap)
     if log.isEnabledFor(logging.INFO):
-        log.info("tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
-                 job_id, t.job.kind, report.status, t.epoch, report.items_seen,
-                 report.items_dispatched, report.latency_ms,
-                 f" error={report.error}" if report.error else "")  # fmt: skip
+        log.info(
+            "tick.done job=%s kind=%s status=%s epoch=%s seen=%s dispatched=%s ms=%s%s",
+            job_id,
+            t.job.kind,
+            report.status,
+            t.epoch,
+            report.items_seen,
+            report.items_dispatched,
+            report.latency_ms,
+            f" error={report.error}" if report.error else "",
+        )
 
 
 def _call_poller(job: JobDef, cursor, *, now: datetime, host: TickHost, held) -> TickAck:
