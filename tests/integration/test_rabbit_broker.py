@@ -116,7 +116,8 @@ def test_ticks_single_and_batched_and_run_now_go_through_rabbitmq(rstack):
             [
                 sys.executable,
                 "-c",
-                "import django; django.setup(); from nexopoll.services import runs; print(runs.start('j0'))",
+                "import django; django.setup(); from nexopoll.services import runs; "
+                "print(runs.start('j0'))",
             ],
             cwd=ROOT,
             env=rstack.env(),
