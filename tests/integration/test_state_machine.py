@@ -50,13 +50,14 @@ from nexopoll.runtime.delivery import requeue_after
 from nexopoll.runtime.lease import lease_key
 from nexopoll.runtime.redis import get_redis
 from nexopoll.runtime.tick import tick_job
+from tests.support.celeryqueue import DELIVERIES
 from tests.support.httpserver import TestHTTPServer
 from tests.support.invariants import CANARY, CANARY_VAR
 from tests.support.procs import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-QUEUE = "nexopoll"
+QUEUE = DELIVERIES  # deliver messages go to the delivery queue (settings: task_routes)
 _examples = itertools.count()
 
 
