@@ -157,7 +157,7 @@ def test_the_outbox_sweeper_queues_pending_rows_over_rabbitmq(rstack):
 
 
 def test_flower_sees_task_events_over_rabbitmq(rstack):
-    from nexopoll.flower import flower_command
+    from nexopoll.flower import FlowerSettings, flower_command
 
     rstack.write([job("a")])
     rstack.reload()
@@ -166,12 +166,8 @@ def test_flower_sees_task_events_over_rabbitmq(rstack):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {
-        **rstack.env(),
-        "NEXOPOLL_FLOWER_BASIC_AUTH": "ops:pw-1",
-        "NEXOPOLL_FLOWER_PORT": str(port),
-    }
-    cmd, child_env = flower_command(env, [])
+    conf = FlowerSettings(basic_auth="ops:pw-1", port=port)
+    cmd, child_env = flower_command(conf, rstack.env(), [])
     log = tempfile.TemporaryFile()
     flower = subprocess.Popen(
         cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
