@@ -46,9 +46,8 @@ from urllib3.poolmanager import PoolManager
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.wait import wait_for_read
 
+import nexopoll.net.options as options
 from nexopoll.core.ssrf import BlockedAddress, check_address
-
-from . import options
 
 Resolver = Callable[..., list[tuple[Any, ...]]]
 """Same signature and result as :func:`socket.getaddrinfo`."""

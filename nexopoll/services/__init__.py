@@ -16,7 +16,8 @@ so they behave, refuse and mask identically:
 
 from __future__ import annotations
 
-from . import kinds
+import nexopoll.services.kinds as kinds
+
 from .errors import (
     BadRequest,
     ConfigRejected,

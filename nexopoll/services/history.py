@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+import nexopoll.services.views as views
 from nexopoll.runtime import history, hostwait
 from nexopoll.runtime.redis import get_redis
 
-from . import views
 from .errors import RewindRefused
 from .jobs import require_job, write_state
 

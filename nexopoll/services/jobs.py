@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import nexopoll.services.views as views
 from nexopoll.core.config.values import mask_plain_secrets
 from nexopoll.core.preview import FireTime, preview
 from nexopoll.models import Delivery, PollJob, PollState
@@ -16,7 +17,6 @@ from nexopoll.reloadwrite import RESUMED  # what a resume clears (as a reload's 
 from nexopoll.runtime import definitions, store
 from nexopoll.runtime.tick import TickReport, tick_job
 
-from . import views
 from .errors import JobPaused, UnknownJob
 
 log = logging.getLogger("nexopoll.services")

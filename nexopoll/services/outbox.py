@@ -10,11 +10,11 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+import nexopoll.services.views as views
 from nexopoll.models import Delivery, PollJob
 from nexopoll.runtime import dbclock, outbox
 from nexopoll.runtime.delivery import live_claim
 
-from . import views
 from .errors import BadRequest, NotFound, RedeliverRefused, UnknownDelivery, UnknownJob
 from .jobs import Page
 

@@ -44,9 +44,12 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError, connections
 
+import nexopoll.runtime.tick.batchcommit as batchcommit
+import nexopoll.runtime.tick.failures as failures
+import nexopoll.runtime.tick.run as run
+
 from .. import lease, store
 from ..redis import get_redis
-from . import batchcommit, failures, run
 from .report import TickReport, TickRun, skipped
 
 log = logging.getLogger("nexopoll.tick")

@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+import nexopoll.runtime.tick.failures as failures
+import nexopoll.runtime.tick.record as record
+import nexopoll.runtime.tick.run as run
 from nexopoll.core.decide import Decision
 from nexopoll.core.redact import redact
 
@@ -38,7 +41,6 @@ from .. import lease, logredact, metricstore, store
 from ..history import record_many
 from ..host import run_after_commit
 from ..secretenv import secret_env
-from . import failures, record, run
 from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.db import DatabaseError, transaction
 
+import nexopoll.runtime.tick.write as write
 from nexopoll.core.decide import plan_failure
 from nexopoll.core.errors import ErrorClass, classify
 from nexopoll.core.redact import redact
@@ -20,7 +21,6 @@ from .. import lease, store
 from ..redis import get_redis
 from ..secretenv import secret_env
 from ..store import Fenced
-from . import write
 from .report import TickReport, TickRun, describe, enqueue_deliveries
 
 log = logging.getLogger("nexopoll.tick")

@@ -24,6 +24,9 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
+import nexopoll.runtime.tick.failures as failures
+import nexopoll.runtime.tick.record as record
+import nexopoll.runtime.tick.write as tickwrite
 from nexopoll.core.breaker import Health
 from nexopoll.core.contract import CancelToken, PollContext, TickAck
 from nexopoll.core.decide import (
@@ -48,8 +51,6 @@ from ..redis import get_redis
 from ..registry import get_registry
 from ..secretenv import secret_env
 from ..store import Fenced
-from . import failures, record
-from . import write as tickwrite
 from .report import TickReport, TickRun, describe, enqueue_deliveries, skipped
 
 log = logging.getLogger("nexopoll.tick")
