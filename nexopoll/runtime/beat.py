@@ -79,7 +79,8 @@ class NexopollScheduler(RedBeatScheduler):
         self.min_sleep = settings.NEXOPOLL_BEAT_MIN_SLEEP_SECS
         self.batch_min = settings.NEXOPOLL_BATCH_MIN
         self.batch_size = max(1, settings.NEXOPOLL_BATCH_SIZE)
-        self._slow: set[str] = set()  # jobs whose ticks wait on I/O: never batched
+        self.batch_io = settings.NEXOPOLL_BATCH_IO
+        self._slow: set[str] = set()  # jobs whose ticks wait on I/O: batched apart
         self._slow_at = 0.0
         self.publisher = TickPublisher(app)
         super().__init__(app, **kwargs)
@@ -297,22 +298,30 @@ class NexopollScheduler(RedBeatScheduler):
     def _publish_ticks(self, ticks: list[NexoEntry], now: datetime) -> int:
         """Jobs' ticks: one message each at low rates (Flower shows every tick), or
         ``nexopoll.tick_batch`` messages of at most ``batch_size`` jobs when at least
-        ``batch_min`` fell due in this loop (Celery's message path costs more CPU than a
-        no-op tick). Returns how many ticks were sent."""
-        # a job that waits on the network gains nothing from a batch (its cost is the
-        # wait, which single ticks of a threads pool spend side by side); the slow set
-        # is read only when there is something to batch
-        many = bool(self.batch_min) and len(ticks) >= self.batch_min
-        slow = self._slow_jobs() if many else set()
-        singles = [entry for entry in ticks if entry.args[0] in slow]
-        ticks = [entry for entry in ticks if entry.args[0] not in slow]
-        if not many or len(ticks) < self.batch_min:
-            singles, ticks = singles + ticks, []
-        sent = sum(self._publish(entry, now) for entry in singles)
-        if not ticks:
-            return sent
+        ``batch_min`` fell due in this loop (Celery's message path costs more CPU than
+        most ticks). Returns how many ticks were sent."""
+        if not self.batch_min or len(ticks) < self.batch_min:
+            return sum(self._publish(entry, now) for entry in ticks)
+        # A job that waits on the network (the slow set, which ticks keep current)
+        # travels in a batch of such jobs, which the worker polls side by side on its poll
+        # threads and commits as each finishes; the others go in batches that poll one
+        # job after another. Mixed, a quick job would wait for a slow one's turn.
+        slow = self._slow_jobs()
+        waits = [entry for entry in ticks if entry.args[0] in slow]
+        quick = [entry for entry in ticks if entry.args[0] not in slow]
+        sent = self._publish_batches(quick, now)
+        if self.batch_io:
+            return sent + self._publish_batches(waits, now)
+        return sent + sum(self._publish(entry, now) for entry in waits)
+
+    def _publish_batches(self, ticks: list[NexoEntry], now: datetime) -> int:
+        """``ticks`` in even batches of at most ``batch_size`` (no straggler batch of one
+        or two); fewer than ``batch_min`` go one message each."""
+        if len(ticks) < self.batch_min:
+            return sum(self._publish(entry, now) for entry in ticks)
+        sent = 0
         parts = -(-len(ticks) // self.batch_size)
-        size = -(-len(ticks) // parts)  # even parts: no straggler batch of one or two
+        size = -(-len(ticks) // parts)
         for start in range(0, len(ticks), size):
             chunk = ticks[start : start + size]
             try:

@@ -26,8 +26,9 @@ CPU only. A poller that waits on the network must not hold the rest back: once a
 has run for ``NEXOPOLL_BATCH_SLOW_MS``, or the batch for
 ``NEXOPOLL_BATCH_BUDGET_SECS``, the jobs not started yet poll side by side on the
 process's poll threads (``NEXOPOLL_BATCH_THREADS``), as do the jobs whose last tick
-was that slow. Beat keeps such jobs out of batches anyway (the slow set, see
-``record.slow_mark``); this covers the ticks before it knows.
+was that slow. Beat sends such jobs in batches of their own (the slow set, see
+``record.slow_mark``), whose jobs all poll side by side at once; the watchdog covers
+the ticks of a quick batch before beat knows.
 """
 
 from __future__ import annotations
