@@ -9,7 +9,8 @@ worker pool (``-P threads -c T``).
    cache and the connection pool and is left out). The server's answers are ``[]``:
    every measured tick is a cheap unchanged poll (no items, same cursor, no outbox row).
    The server reports the most requests it had in flight at once.
-2. Lag: beat + one threads worker, N webhook_poll jobs every I s; lag = the request's
+2. Lag: beat + the Procfile's worker as shipped (``python -m nexopoll.workers``: one
+   ``-P threads -c T`` process per core), N webhook_poll jobs every I s; lag = the request's
    arrival at the server - the job's slot (the poll is the tick's first I/O, after the
    lease, the state read and the definition); ran/due as for the noop rows.
 """
@@ -25,13 +26,25 @@ from collections import Counter
 from typing import Any
 
 from .plot import load
-from .stack import NEXO_SCHEDULER, ROOT, Stack, beat_args, free_port, job_id, worker_args
+from .stack import (
+    NEXO_SCHEDULER,
+    ROOT,
+    Stack,
+    beat_args,
+    free_port,
+    job_id,
+    launcher_args,
+    wait_for,
+    worker_args,
+)
 
 SYNCED = "nexopoll:redbeat:nexopoll:synced"
 # the io rows' jobs, all on one host, lift the per-host cap to the worker's threads
 UNCAPPED = {"in_flight": 64}
 WARM_CAP = float("inf")
 POLITE = {"in_flight": 8, "per_sec": 40}  # the politeness row: 1,000 jobs on one host
+# the lag rows' worker: the Procfile's launcher (None: one process per core, as shipped)
+PROCESSES: int | None = None
 
 
 class SlowServer:
@@ -101,7 +114,60 @@ def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[s
     finally:
         nexo.close()
     out["ratio"] = out["nexopoll"]["cpu_ms_per_task"] / out["raw"]["cpu_ms_per_task"]
+    out["batched"] = cpu_batched(dbs, server, m, threads, kind)
+    out["batched_ratio"] = out["batched"]["cpu_ms_per_tick"] / out["raw"]["cpu_ms_per_task"]
     return out
+
+
+def cpu_batched(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[str, Any]:
+    """M ticks of M/3 ``kind`` jobs as ``nexopoll.tick_batch`` messages of BATCH jobs, what
+    beat sends for jobs that wait on the network once many fall due together: the worker
+    polls each batch's jobs side by side on its poll threads. Round by round, on one
+    ``-P threads`` worker: the first round (which fills caches and finds the jobs slow)
+    is left out, and each later round is queued once the one before has drained, so no
+    batch finds a job's lease still held by its previous tick. CPU per tick, not per
+    message."""
+    from .run import BATCH, ROUNDS, publish
+
+    url = server.feed_url if kind == "rss" else server.url
+    jobs = m // ROUNDS
+    nexo = Stack(dbs.get(jobs, 3600, url, None, server.hosts, kind))
+    ids = [job_id(i) for i in range(jobs)]
+    calls = [([[[j, 30000] for j in ids[k : k + BATCH]]], {}) for k in range(0, jobs, BATCH)]
+
+    def one_round() -> None:
+        publish(nexo, "nexopoll.tick_batch", calls)
+        drained = lambda: nexo.queued() == 0 and nexo.unacked() == 0  # noqa: E731
+        assert wait_for(lambda: drained() or not worker.alive(), 600, 0.01, "round drained")
+        assert worker.alive(), f"worker died:\n{worker.text()[-2000:]}"
+
+    try:
+        worker = nexo.start("worker", worker_args(threads, "batched", pool="threads"), "batched")
+        one_round()
+        server.get("/__reset")
+        t0, cpu0 = time.monotonic(), worker.cpu()
+        for _ in range(ROUNDS - 1):
+            one_round()
+        secs, cpu = time.monotonic() - t0, worker.cpu() - cpu0
+        ticks = jobs * (ROUNDS - 1)
+        ((total, ok),) = nexo.sql(
+            "SELECT SUM(ticks_total), SUM(CASE WHEN last_status = 'ok' THEN 1 ELSE 0 END) "
+            "FROM poll_state"
+        )
+        return {
+            "batch": BATCH,
+            "jobs": jobs,
+            "ticks": ticks,
+            "secs": secs,
+            "cpu_s": cpu,
+            "cpu_ms_per_tick": 1000 * cpu / ticks,
+            "ticks_per_s": ticks / secs,
+            "max_in_flight": server.get("/__stats")["max_in_flight"],
+            "ticks_total": total,
+            "status_ok": ok,
+        }
+    finally:
+        nexo.close()
 
 
 def part_io(
@@ -141,11 +207,12 @@ def io_lag(
 ) -> dict:
     stack = Stack(dbs.get(n, every, server.url, limits, server.hosts))
     try:
-        worker = stack.start("worker", worker_args(threads, "io", pool="threads"), "io")
+        sizes = {"NEXOPOLL_WORKER_THREADS": str(threads)}
+        if PROCESSES:
+            sizes["NEXOPOLL_WORKER_PROCESSES"] = str(PROCESSES)
+        worker = stack.start("worker", launcher_args(), "io", module="nexopoll.workers", **sizes)
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
         ok = lambda: stack.redis.client().exists(SYNCED) or not beat.alive()  # noqa: E731
-        from .stack import wait_for
-
         wait_for(ok, 180, 0.05, "beat")
         time.sleep(min(every, WARM_CAP))  # warm-up: one interval (--quick: at most 10 s)
         server.get("/__reset")
@@ -177,6 +244,7 @@ def io_lag(
             beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
             max_in_flight=stats["max_in_flight"],
             rss_mb=rss,
+            worker_processes=len(rss["worker"]) - 1,  # the launcher's children
             max_per_second=max(per_second.values(), default=0),
             load=load(),
             workers_alive=worker.alive() and beat.alive(),
@@ -258,8 +326,19 @@ def report_io(r: dict[str, Any]) -> list[str]:
             f"{nx['ticks_total']}, last_status ok={nx['status_ok']}/{nx['jobs']}, outbox rows="
             f"{nx['outbox_rows']}",
         ]
+        if "batched" in pair:
+            b = pair["batched"]
+            out += [
+                f"   {kind + ' batched':16}{b['cpu_ms_per_tick']:12.3f}"
+                f"{b['ticks_per_s']:10.0f}{b['ticks']:8d}{b['max_in_flight']:10d}",
+                f"   ratio {kind} batched/raw = {pair['batched_ratio']:.2f}x (per tick, "
+                f"{b['batch']} jobs a message); DB: ticks_total={b['ticks_total']}, last_status "
+                f"ok={b['status_ok']}/{b['jobs']}",
+            ]
     out += [
-        f"   webhook_poll jobs every {r['every']:g}s: rows measured after one interval",
+        f"   webhook_poll jobs every {r['every']:g}s, worker: python -m nexopoll.workers "
+        f"({r['rows'][0]['worker_processes'] if r['rows'] else '?'} x -P threads "
+        f"-c {r['threads']}); rows measured after one interval",
         f"   {'N':>7} {'due/s':>6} {'achieved/s':>10} {'<=1s':>7} {'lag p99':>8} {'gap p99':>8}"
         f" {'q max':>6} {'wrk CPU%':>8} {'ms/tick':>8} {'beat%':>6}  load",
     ]

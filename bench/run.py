@@ -403,6 +403,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--io-hosts", type=int, default=100, help="io part: hosts (127.0.0.x)")
     p.add_argument("--io-every", type=float, default=60.0, help="io part: interval, s")
     p.add_argument("--threads", type=int, default=64, help="io part: -P threads -c")
+    p.add_argument(
+        "--io-processes", type=int, default=0, help="io lag rows: worker processes (0: per core)"
+    )
     p.add_argument("--big-jobs", type=int, default=100_000, help="big part: noop jobs / 600 s")
     p.add_argument("--delay-ms", type=int, default=200, help="io part: server answer delay")
     p.add_argument(
@@ -415,6 +418,7 @@ def parse() -> argparse.Namespace:
         if args.parts == PARTS:
             args.parts = "worker,lag,io,polite"
         io.WARM_CAP = 10.0
+    io.PROCESSES = args.io_processes or None
     if args.db.startswith("postgres"):
         use_postgres(args.db if "://" in args.db else PG_DEFAULT)
     return args

@@ -107,12 +107,16 @@ def tree_cpu(pid: int) -> float:
 class Proc(CeleryProc):
     """A Celery worker/beat with an explicit command line (CeleryProc's is fixed)."""
 
-    def __init__(self, role: str, env: dict[str, str], args: list[str], name: str) -> None:
+    def __init__(
+        self, role: str, env: dict[str, str], args: list[str], name: str, module: str = "celery"
+    ) -> None:
         super().__init__(role, env, name)
         self.args = args
+        self.module = module  # "nexopoll.workers": the Procfile's worker launcher
 
     def start(self, wait: bool = False) -> Proc:
-        cmd = [sys.executable, "-m", "celery", "-A", "nexopoll", *self.args]
+        prefix = ["-A", "nexopoll"] if self.module == "celery" else []
+        cmd = [sys.executable, "-m", self.module, *prefix, *self.args]
         with open(self.log, "ab") as fh:
             self.proc = subprocess.Popen(
                 cmd,
@@ -159,6 +163,13 @@ def worker_args(concurrency: int, name: str, include: str = "", pool: str = "pre
         "warning",
     ]
     return args + (["-I", include] if include else [])
+
+
+def launcher_args() -> list[str]:
+    """Arguments for ``python -m nexopoll.workers``, the Procfile's worker as shipped (one
+    ``-P threads`` worker per core, ``NEXOPOLL_WORKER_*`` sizes it), that every worker
+    process gets besides its own: the bench's queues and log level."""
+    return ["-Q", f"{QUEUE},{DELIVERIES}", "--without-heartbeat", "-l", "warning"]
 
 
 def beat_args(scheduler: str, workdir: Path) -> list[str]:
@@ -263,8 +274,10 @@ class Stack:
             self._app = app
         return self._app
 
-    def start(self, role: str, args: list[str], name: str, **env: str) -> Proc:
-        proc = Proc(role, {**self.env, **env}, args, name).start()
+    def start(
+        self, role: str, args: list[str], name: str, module: str = "celery", **env: str
+    ) -> Proc:
+        proc = Proc(role, {**self.env, **env}, args, name, module).start()
         self.procs.append(proc)
         return proc
 
@@ -290,7 +303,8 @@ class Stack:
             import psycopg
 
             with psycopg.connect(_pg_base()[0] + self.pg, autocommit=True) as conn:
-                return conn.execute(query).fetchall()
+                cur = conn.execute(query)
+                return cur.fetchall() if cur.description else []  # an UPDATE: no rows
         with sqlite3.connect(self.db, timeout=30) as conn:
             return conn.execute(query).fetchall()
 
