@@ -1,4 +1,5 @@
-"""Typed readers for environment variables; only ``settings.py`` calls them."""
+"""Typed readers for environment variables; only the settings package
+(``nexopoll/settings/``) calls them."""
 
 from __future__ import annotations
 

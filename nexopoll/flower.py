@@ -8,7 +8,7 @@
 - The credentials reach Flower through its environment (``FLOWER_BASIC_AUTH``),
   never the command line, where ``ps`` would show them.
 
-The four variables are read by ``nexopoll/settings.py`` (``NEXOPOLL_FLOWER_*``);
+The four variables are read by ``nexopoll/settings/tunables.py`` (``NEXOPOLL_FLOWER_*``);
 this launcher takes their values from the settings and copies its own
 environment only to hand it to Flower's process.
 """

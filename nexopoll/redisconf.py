@@ -5,7 +5,7 @@ every Redis client asks the sentinels for the current master (and asks again aft
 failover): the broker (kombu's ``sentinel://`` transport), RedBeat (``redis-sentinel://``)
 and ``runtime/redis.get_redis``. ``REDIS_URL`` then gives only the db number and the
 master's user/password; ``NEXOPOLL_REDIS_SENTINEL_PASSWORD`` is the sentinels' own.
-Only ``settings.py`` calls this module.
+Only the settings (``nexopoll/settings/broker.py``) call this module.
 """
 
 from __future__ import annotations

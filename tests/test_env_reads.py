@@ -7,7 +7,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# What may touch os.environ besides nexopoll/settings.py and its readers (nexopoll/env.py):
+# The settings package (nexopoll/settings/: base, tunables, broker) reads the environment
+# through nexopoll/env.py's readers, which no other module may import.
+SETTINGS = "nexopoll/settings/"
+READERS = "nexopoll/env.py"
+# What may touch os.environ besides the settings package and its readers:
 ALLOWED = {
     # DJANGO_SETTINGS_MODULE set before the settings load
     "nexopoll/cli.py": "setdefault",
@@ -40,7 +44,7 @@ def test_only_settings_read_the_environment() -> None:
     for top in ("nexopoll", "pollers", "admin_ext"):
         for path in (ROOT / top).rglob("*.py"):
             rel = path.relative_to(ROOT).as_posix()
-            if rel in ("nexopoll/settings.py", "nexopoll/env.py") or rel in ALLOWED:
+            if rel.startswith(SETTINGS) or rel == READERS or rel in ALLOWED:
                 continue
             if lines := environ_uses(path):
                 found[rel] = lines
@@ -50,3 +54,34 @@ def test_only_settings_read_the_environment() -> None:
 def test_the_allowances_are_still_needed() -> None:
     stale = [rel for rel in ALLOWED if not environ_uses(ROOT / rel)]
     assert not stale, f"remove from ALLOWED: {stale}"
+
+
+def imports_the_readers(path: Path, module: str) -> bool:
+    """Whether ``module`` (at ``path``) imports nexopoll.env or a name from it."""
+    package = module.rpartition(".")[0] if path.name != "__init__.py" else module
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            if any(a.name == "nexopoll.env" for a in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, *([base] if base else [])])
+            if base == "nexopoll.env" or (
+                base == "nexopoll" and any(a.name == "env" for a in node.names)
+            ):
+                return True
+    return False
+
+
+def test_only_the_settings_package_uses_the_environment_readers() -> None:
+    users = set()
+    for top in ("nexopoll", "pollers", "admin_ext"):
+        for path in (ROOT / top).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            module = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            if imports_the_readers(path, module):
+                users.add(rel)
+    assert users and all(rel.startswith(SETTINGS) for rel in users), sorted(users)

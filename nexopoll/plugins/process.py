@@ -9,7 +9,7 @@ waiting for each message (replies by id, reverse calls by ``params.tick_id``); i
 stderr is drained into a bounded tail and the log (rate-limited, redacted). One
 thread pumps both, and stops when the process is stopped or killed, whoever still
 holds the pipes. A protocol error or an oversized line kills the whole tree; so
-does a timeout.
+does a timeout. Its command line and environment are built in ``spawn.py``.
 """
 
 from __future__ import annotations
@@ -17,31 +17,26 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import pwd
 import queue
 import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from nexopoll.core.envrefs import env_refs, expand_env
+import nexopoll.plugins.jsonrpc as jsonrpc
+from nexopoll.core.envrefs import env_refs
 from nexopoll.core.errors import TransientError
 from nexopoll.core.redact import MIN_SECRET_CHARS, redact
-
-from . import jsonrpc
-from .jsonrpc import Message, ProtocolError
-from .manifest import PYTHON_COMMAND, Manifest
+from nexopoll.plugins.jsonrpc import Message, ProtocolError
+from nexopoll.plugins.manifest import Manifest
+from nexopoll.plugins.spawn import child_env, launcher_argv
 
 log = logging.getLogger("nexopoll.plugins")
-SDK_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding ``nexopoll``
-LAUNCHER = str(Path(__file__).resolve().with_name("launcher.py"))
 KILL_WAIT_SECS = 2.0  # for the launcher to reap the tree before the group gets SIGKILL
 
 
@@ -58,60 +53,6 @@ class Limits:
 
 class PluginExited(TransientError):
     """The plugin process ended (or was killed) while a tick waited on it."""
-
-
-def child_argv(m: Manifest) -> list[str]:
-    command = m.command
-    if command == PYTHON_COMMAND:
-        command = sys.executable
-    elif "/" in command and not os.path.isabs(command):
-        command = os.path.join(m.directory, command)
-    return [command, *m.args]
-
-
-def privilege_args(user: str, euid: int | None = None) -> list[str]:
-    """The launcher's options for ``NEXOPOLL_PLUGIN_USER`` (``user``) and this process.
-
-    Unset (or the worker's own user): a root worker starts plugins as root without
-    any capability; another worker starts them as itself. A user name or uid: a
-    root worker starts them as that user and its primary group, no other groups.
-
-    >>> privilege_args("", euid=0), privilege_args("", euid=1000)
-    (['--no-caps'], [])
-    >>> privilege_args("nobody", euid=0)[:2]
-    ['--uid', '65534']
-    """
-    euid = os.geteuid() if euid is None else euid
-    if not user:
-        return ["--no-caps"] if euid == 0 else []
-    try:
-        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except (KeyError, ValueError, OverflowError):
-        raise TransientError(f"NEXOPOLL_PLUGIN_USER={user!r}: no such user") from None
-    if pw.pw_uid == euid:
-        return ["--no-caps"] if euid == 0 else []
-    if euid != 0:
-        raise TransientError(
-            f"NEXOPOLL_PLUGIN_USER={user!r}: the worker runs as uid {euid}, not root, "
-            "so it cannot start plugins as another user (unset it, or start the worker as root)"
-        )
-    return ["--uid", str(pw.pw_uid), "--gid", str(pw.pw_gid)]
-
-
-def launcher_argv(m: Manifest, user: str) -> list[str]:
-    """The launcher's command line: ``-I -S`` (stdlib only, no site, no PYTHON* vars)."""
-    return [sys.executable, "-I", "-S", LAUNCHER, *privilege_args(user), "--", *child_argv(m)]
-
-
-def child_env(m: Manifest, environ: Mapping[str, str], allow: tuple[str, ...]) -> dict[str, str]:
-    """Only the allowlisted variables, then the manifest's own ``env`` (``${VAR}`` expanded)."""
-    env = {k: environ[k] for k in allow if k in environ}
-    env.update(expand_env(dict(m.env), environ, path=f"plugin {m.plugin_id} env"))
-    if m.command == PYTHON_COMMAND and "PYTHONPATH" not in m.env:
-        env["PYTHONPATH"] = SDK_ROOT
-    env["NEXOPOLL_PLUGIN_ID"] = m.plugin_id
-    env["NEXOPOLL_PLUGIN_LIFECYCLE"] = m.lifecycle
-    return env
 
 
 class PluginProcess:

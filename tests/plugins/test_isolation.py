@@ -30,8 +30,9 @@ from nexopoll.core.errors import TransientError
 from nexopoll.hardening import is_dumpable
 from nexopoll.plugins import poller as plugin_poller
 from nexopoll.plugins.poller import Options
-from nexopoll.plugins.process import Limits, privilege_args
+from nexopoll.plugins.process import Limits
 from nexopoll.plugins.session import PluginTimeout
+from nexopoll.plugins.spawn import privilege_args
 from tests.support.procs import wait_for
 
 from .conftest import MISBEHAVE, make_ctx

@@ -46,6 +46,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 
 import nexopoll.runtime.tick.batchcommit as batchcommit
+import nexopoll.runtime.tick.commit as commit
 import nexopoll.runtime.tick.failures as failures
 import nexopoll.runtime.tick.run as run
 
@@ -196,7 +197,7 @@ def _tick_one(job_id: str, row, now: datetime, held: lease.Lease) -> batchcommit
         if t.trial and not run.take_epoch(t, manual=False):
             return skipped(job_id, "another tick took the epoch")
         report, decision, ack, latency_ms = run.execute(t)
-        write = run.stage(t, report, decision, ack, latency_ms, check_lease=False)
+        write = commit.stage(t, report, decision, ack, latency_ms, check_lease=False)
         if not isinstance(write, store.TickWrite):
             report = write
             return report

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+import nexopoll.runtime.tick.commit as tickcommit
 import nexopoll.runtime.tick.failures as failures
 import nexopoll.runtime.tick.record as record
 import nexopoll.runtime.tick.run as run
@@ -205,19 +206,19 @@ def commit(ran: list[Ran], hooks: list) -> dict[str, TickReport]:
         for r in ran:
             job_id = r.t.job.job_id
             if job_id in landed:
-                run.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
+                tickcommit.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
                 out[job_id] = _ended(r, r.report)
             else:
                 out[job_id] = _ended(
-                    r, run.commit_staged(r.t, r.write, r.report, r.decision, hooks)
+                    r, tickcommit.commit_staged(r.t, r.write, r.report, r.decision, hooks)
                 )
         _enqueue([r for r in ran if r.t.job.job_id in landed])
         return out
     for r in ran:
         if r.t.job.job_id in fenced:
-            out[r.t.job.job_id] = _ended(r, run.fenced(r.t))
+            out[r.t.job.job_id] = _ended(r, tickcommit.fenced(r.t))
         else:
-            run.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
+            tickcommit.committed(r.t, r.report, r.decision, enqueue=False, hooks=hooks)
             out[r.t.job.job_id] = _ended(r, r.report)
     _enqueue([r for r in ran if r.report.committed])
     return out
