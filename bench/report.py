@@ -91,6 +91,10 @@ def ratios(res: dict[str, Any]) -> list[str]:
     if io:
         rows.append(("webhook_poll tick / raw requests.get task", io["webhook"]["ratio"], 1.5))
         rows.append(("rss tick / raw requests.get+feedparser task", io["rss"]["ratio"], 1.5))
+        for kind in ("webhook", "rss"):  # what beat sends once many I/O ticks fall due
+            if "batched_ratio" in io[kind]:
+                name = f"{'webhook_poll' if kind == 'webhook' else kind} batched tick / raw task"
+                rows.append((name, io[kind]["batched_ratio"], 1.5))
     if w:
         rows.append(("single-message no-op tick / raw Celery no-op", w["ratio"], 1.5))
         if w.get("batched"):
