@@ -1,4 +1,5 @@
-"""Profile webhook_poll ticks in a real worker: ``python -m bench.profile_io [--db postgres]``.
+"""Profile webhook_poll ticks in a real worker: ``python -m bench.profile_io [--db postgres]``
+(``--noop``: no-op ticks against raw no-op tasks).
 
 One private stack (bench/stack.py) with N webhook_poll jobs against the loopback slow
 server (bench/slowserver.py), ROUNDS tick messages per job queued round-robin, then one
@@ -72,6 +73,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=45)
     p.add_argument("--pool", default="solo", help="solo (profiled) or threads (-c 64)")
     p.add_argument("--no-profile", action="store_true", help="CPU per task only")
+    p.add_argument("--noop", action="store_true", help="no-op ticks against raw no-op tasks")
     a = p.parse_args()
     OPTS.update(pool=a.pool, profile=not a.no_profile)
     if a.db.startswith("postgres"):
@@ -83,11 +85,18 @@ def main() -> None:
     try:
         raw = Stack(dbs.template)
         try:
-            publish(raw, "bench.fetch", [([f"{server.url}/raw{i % 100}"], {}) for i in range(m)])
+            if a.noop:
+                publish(raw, "bench.noop", [([], {})] * m)
+            else:
+                publish(
+                    raw, "bench.fetch", [([f"{server.url}/raw{i % 100}"], {}) for i in range(m)]
+                )
             raw_res = solo(raw, m, RESULTS / "prof-raw.prof", include="bench.rawtask")
         finally:
             raw.close()
-        nexo = Stack(dbs.get(a.jobs, 3600, server.url, UNCAPPED))
+        nexo = Stack(
+            dbs.get(a.jobs, 3600) if a.noop else dbs.get(a.jobs, 3600, server.url, UNCAPPED)
+        )
         try:
             calls = [([job_id(i % a.jobs)], {"lease_ttl_ms": 30000}) for i in range(m)]
             publish(nexo, "nexopoll.tick", calls)
@@ -99,7 +108,10 @@ def main() -> None:
         server.close()
         dbs.close()
     how = f"{a.pool}, {'with' if OPTS['profile'] else 'no'} cProfile, load {load()}"
-    print(f"raw fetch  {raw_res['cpu_ms_per_task']:.3f} ms CPU/task ({how})")
+    print(
+        f"raw {'no-op' if a.noop else 'fetch'}  {raw_res['cpu_ms_per_task']:.3f} ms CPU/task "
+        f"({how})"
+    )
     print(
         f"nexopoll   {res['cpu_ms_per_task']:.3f} ms CPU/task  ratio "
         f"{res['cpu_ms_per_task'] / raw_res['cpu_ms_per_task']:.2f}x"

@@ -4,6 +4,8 @@ mistaken for a crash (a worker killed in the middle of a batch included)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from nexopoll.models import PollState
@@ -15,6 +17,7 @@ from .conftest import job
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 BATCHING = {"NEXOPOLL_BATCH_MIN": "6", "NEXOPOLL_BATCH_SIZE": "5"}
+BATCHING_IO = {"NEXOPOLL_BATCH_MIN": "4", "NEXOPOLL_BATCH_SIZE": "6"}
 
 
 def state(job_id: str) -> PollState:
@@ -108,3 +111,32 @@ def test_row_52_a_stalled_batch_mate_holds_back_no_mate_and_fences_no_successor(
         assert not takeovers.get(j), f"{j} counted a takeover: {takeovers}"
     s = state(stalled)
     assert bytes(s.cursor) == b"2" and s.last_status == "ok"
+
+
+def test_jobs_that_wait_on_the_network_tick_in_batches_polled_side_by_side(stack):
+    """Twelve jobs whose sources answer in 300 ms, every 2 s, on one worker process that
+    runs one task at a time (prefork -c 1). Once beat knows them as slow, it sends them
+    in batches of their own and the worker polls each batch's jobs side by side: one by
+    one, twelve waits would take 3.6 s of every 2 s. Each item arrives once."""
+    ids = [f"io.{i:02d}-w_x" for i in range(12)]  # every character a job id may hold
+    stack.env_extra.update(BATCHING_IO)
+    stack.write([job(j, every=2) for j in ids])
+    stack.reload()
+    for j in ids:
+        stack.redis.set(f"test:sleep_ms:{j}", 300)
+        stack.publish(j, 1, 2)
+    worker = stack.worker()
+    stack.beat()
+    wait_for(lambda: all(stack.ticks(j) >= 1 for j in ids), 60, what="a first tick each")
+    # their first ticks put them in the slow set; beat reads it again within 5 s
+    time.sleep(6)
+    stack.redis.delete("test:inflight_max")
+    before = {j: stack.ticks(j) for j in ids}
+    wait_for(lambda: all(stack.ticks(j) >= before[j] + 2 for j in ids), 30, what="2 more each")
+    assert int(stack.redis.get("test:inflight_max")) >= 4  # side by side, in one process
+    assert "nexopoll.tick_batch" in worker.text()
+    for j in ids:
+        assert_no_loss_dup_safe(stack.sink, j, [1, 2])
+        s = state(j)
+        assert bytes(s.cursor) == b"2" and s.last_status == "ok" and s.crash_count == 0
+        assert s.last_latency_ms >= 300

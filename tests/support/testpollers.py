@@ -22,6 +22,10 @@ tick's deadline (a poller that hangs); ``raise-undecodable`` raises an error who
 holds a lone surrogate (bytes decoded with ``surrogateescape``), which no DB driver can
 encode; with ``test:hook_hold:<job>`` set, the tick's after-commit hook waits until it
 is deleted, then appends to ``test:hook_done:<job>``.
+
+A source that answers slowly: ``test:sleep_ms:<job>`` makes each tick wait that long
+(as on a network reply), counting the ticks waiting at once in ``test:inflight`` and
+the most there ever were in ``test:inflight_max``.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class ScriptedPoller(Poller):
             if mode == "raise-undecodable":  # a server's reply decoded with surrogateescape
                 raise TransientError("bad reply: " + b"\xff\xfe".decode("utf-8", "surrogateescape"))
             raise exc.get(mode, RuntimeError)(text)
+        if wait_ms := int(r.get(f"test:sleep_ms:{job}") or 0):
+            _wait_on_source(r, wait_ms / 1000)
         last = int(ctx.cursor) if ctx.cursor else 0
         ids = sorted(int(i) for i in r.lrange(f"test:src:{job}", 0, -1))
         new = [i for i in ids if i > last][: int(ctx.config.get("max_per_tick", 100))]
@@ -160,3 +166,17 @@ def _slow_hook(job: str) -> None:
     while r.exists(f"test:hook_hold:{job}") and time.monotonic() < deadline:
         time.sleep(0.02)
     r.rpush(f"test:hook_done:{job}", os.getpid())
+
+
+_RAISE_MAX = "if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then \
+redis.call('SET', KEYS[1], ARGV[1]) end"
+
+
+def _wait_on_source(r: redis.Redis, secs: float) -> None:
+    """Wait as on a slow reply, counting how many ticks wait at once."""
+    n = r.incr("test:inflight")
+    try:
+        r.eval(_RAISE_MAX, 1, "test:inflight_max", n)
+        time.sleep(secs)
+    finally:
+        r.decr("test:inflight")
