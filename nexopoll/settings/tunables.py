@@ -44,13 +44,14 @@ NEXOPOLL_BEAT_MIN_SLEEP_SECS = env_float("NEXOPOLL_BEAT_MIN_SLEEP_SECS", 0.05)
 # below that every tick keeps a message of its own. A batch polls its jobs one after
 # another; once one of its ticks has run for BATCH_SLOW_MS (a poller waiting on the
 # network), or the batch for BATCH_BUDGET_SECS, the rest poll side by side on
-# BATCH_THREADS threads per worker process. Jobs slower than BATCH_SLOW_MS are never
-# batched by beat.
+# BATCH_THREADS threads per worker process. Jobs slower than BATCH_SLOW_MS travel in
+# batches of their own, polled side by side at once (BATCH_IO; off: one message each).
 NEXOPOLL_BATCH_MIN = env_int("NEXOPOLL_BATCH_MIN", 8)
 NEXOPOLL_BATCH_SIZE = env_int("NEXOPOLL_BATCH_SIZE", 50)
 NEXOPOLL_BATCH_SLOW_MS = env_float("NEXOPOLL_BATCH_SLOW_MS", 50.0)
 NEXOPOLL_BATCH_BUDGET_SECS = env_float("NEXOPOLL_BATCH_BUDGET_SECS", 1.0)
-NEXOPOLL_BATCH_THREADS = env_int("NEXOPOLL_BATCH_THREADS", 32)
+NEXOPOLL_BATCH_THREADS = env_int("NEXOPOLL_BATCH_THREADS", 64)
+NEXOPOLL_BATCH_IO = env_bool("NEXOPOLL_BATCH_IO", True)
 # Outbox: delivery attempts before a row is dead-lettered; the sweeper period.
 NEXOPOLL_DELIVERY_MAX_ATTEMPTS = env_int("NEXOPOLL_DELIVERY_MAX_ATTEMPTS", 8)
 NEXOPOLL_DELIVERY_BASE_SECS = env_float("NEXOPOLL_DELIVERY_BASE_SECS", 5.0)
