@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -258,3 +259,34 @@ def test_a_redis_that_lost_its_scripts_still_takes_and_releases_every_lease(cfg,
     assert tick_job("j01", now=timezone.now()).committed
     for job_id in ids:
         assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_io_batch_commits_on_its_own_thread_and_its_poll_threads_open_no_connection(
+    cfg, redis_client, settings
+):
+    """The jobs of a batch that wait on the network poll side by side on the poll
+    threads, and commit on the batch's own thread (the worker's, which keeps its DB
+    connection) as they finish: a poll thread that committed opened a connection per
+    wave, each a PostgreSQL backend started and ended."""
+    settings.NEXOPOLL_BATCH_SLOW_MS = 50
+    ids = jobs(12)
+    setup(cfg, redis_client, ids)
+    PollState.objects.filter(job_id__in=ids).update(last_latency_ms=200)
+    for n, job_id in enumerate(ids):
+        redis_client.set(f"test:sleep_ms:{job_id}", 60 + 20 * (n % 4))  # they finish apart
+    assert all(r.committed for r in run_batch([(i, TTL) for i in ids], clock=clock))
+    opened: list[str] = []
+
+    def on_connect(sender, connection, **_) -> None:
+        opened.append(threading.current_thread().name)
+
+    redis_client.delete("test:inflight_max")
+    connection_created.connect(on_connect)
+    try:
+        reports = run_batch([(i, TTL) for i in ids], clock=clock)
+    finally:
+        connection_created.disconnect(on_connect)
+    assert all(r.committed for r in reports) and all(st(i).ticks_total == 2 for i in ids)
+    assert int(redis_client.get("test:inflight_max")) >= 4  # side by side
+    assert [name for name in opened if name.startswith("nexopoll-poll")] == []

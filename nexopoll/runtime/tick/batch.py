@@ -62,12 +62,15 @@ class _Work:
     one stalls, the watchdog hands all the others to the shared poll threads at once."""
 
     def __init__(
-        self, job_ids: list[str], run: Callable[[str], None], stalled: Callable[[], None]
+        self,
+        job_ids: list[str],
+        run: Callable[[str], None],
+        pump: Callable[[Callable[[], bool]], None],
     ) -> None:
         self._left = deque(job_ids)
         self._lock = threading.Lock()
         self._run = run
-        self._stalled = stalled  # the batch's commits stream from then on
+        self._pump = pump  # commits what finishes, until its argument says stop
         self.began = self.job_began = time.monotonic()
         self.done = threading.Event()
         self.futures: list[Future] = []
@@ -99,8 +102,8 @@ class _Work:
             if now - self.job_began > slow or now - self.began > budget:
                 if n := self.side_by_side():
                     log.info("tick.batch_side_by_side jobs=%s", n)
-                try:
-                    self._stalled()  # what finished commits now, not after the stall
+                try:  # what finishes commits now, not after the stall: this thread
+                    self._pump(self.done.is_set)  # pumps until the batch's thread is free
                 finally:
                     connections.close_all()  # this thread's connection, if it committed
                 return
@@ -153,27 +156,30 @@ def run_batch(
     def run_one(job_id: str, *, inline: bool = False) -> None:
         now = clock()
         try:
-            # its commit waits for the batch's wave, or happens at once once it streams
+            # its commit waits for the batch's wave, or the pump's next one
             waves.add(job_id, now, _tick_one(job_id, rows.get(job_id), now, held[job_id]))
         finally:
             if not inline:
-                connections.close_all()  # a poll thread's DB access (a commit, a cache miss)
+                connections.close_all()  # a poll thread's DB access (a cache miss, a trial)
 
     # a job whose last tick waited on the network polls on the poll threads at once
     order = [job_id for job_id, _ in items if job_id in held and loaded]
     slow = settings.NEXOPOLL_BATCH_SLOW_MS
     waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
-    work = _Work([j for j in order if j not in set(waits)], run_one, waves.stream)
+    work = _Work([j for j in order if j not in set(waits)], run_one, waves.pump)
     work.side_by_side(waits)
     watchdog = threading.Thread(target=work.watch, daemon=True)
     watchdog.start()
     try:
-        while (job_id := work.next()) is not None:
-            run_one(job_id, inline=True)
-        waves.stream()  # what ran commits now; a tick still polling, as it finishes
+        try:
+            while (job_id := work.next()) is not None:
+                run_one(job_id, inline=True)
+        finally:
+            work.done.set()
+            watchdog.join()  # a watchdog pumping commits stops: this thread takes over
+        # what ran commits now; a tick still polling (on the poll threads) as it finishes
+        waves.pump(lambda: all(future.done() for future in work.futures))
     finally:
-        work.done.set()
-        watchdog.join()
         for future in work.futures:
             future.exception()  # wait; run_one() keeps every tick's failure to that tick
         reports = waves.close()

@@ -2,10 +2,14 @@
 
 While every tick of a batch runs on the batch's own thread, one after another, their
 writes wait and commit together, in one transaction (one wave). Once a tick stalls,
-or the batch has polled all it polls on its own thread, the batch *streams*: what
-finished commits at once, and every tick that finishes later commits as it finishes,
-together with the others that finished while a commit ran (the next wave). So a
-stalled tick never holds back its mates' commits, deliveries or lease releases.
+or the batch has polled all it polls on its own thread, a thread *pumps* the waves:
+what finished commits at once, and every tick that finishes later commits as soon as
+it finishes, together with the others that finished while a commit ran (the next
+wave). So a stalled tick never holds back its mates' commits, deliveries or lease
+releases. The pump is the batch's own thread once it has nothing left to poll (the
+worker's thread, with the DB connection it keeps), or the watchdog while a tick
+stalls that thread; the poll threads only poll, so they open no DB connection per
+commit (a connection per wave was a PostgreSQL backend started and ended each time).
 
 Each wave: the leases checked (one round trip extends those past half their TTL; a
 lease older than its TTL never commits) → one transaction for the wave's fenced
@@ -49,6 +53,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nexopoll.tick")
 
+# how long a pump sleeps between checks of its end condition when nothing finished
+PUMP_WAIT_SECS = 0.05
+
 
 @dataclass
 class Ran:
@@ -82,36 +89,30 @@ class Waves:
         self._busy = busy  # skipped for a busy lease: counted with the first wave
         self._cond = threading.Condition()
         self._pending: list[_Done] = []
-        self._streaming = self._committing = False
         self._reports = {job_id: skipped(job_id, "lease busy") for job_id in busy}
         self._hooks: list[Future] = []
 
     def add(self, job_id: str, at: datetime, result: Ran | TickReport) -> None:
-        """A tick finished: it commits with the next wave (at once once streaming)."""
+        """A tick finished: it commits with the next wave (the pump's, once one runs)."""
         with self._cond:
             self._pending.append(_Done(job_id, at, result))
-            if not self._streaming or self._committing:
-                return
-            self._committing = True
-        self._drain()
+            self._cond.notify_all()
 
-    def stream(self) -> None:
-        """Commit what finished now, and from now on each tick as it finishes."""
-        with self._cond:
-            self._streaming = True
-            if self._committing or not self._pending:
-                return
-            self._committing = True
-        self._drain()
+    def pump(self, until: Callable[[], bool]) -> None:
+        """Commit, on this thread, what finished and every tick as it finishes, wave by
+        wave, until ``until()`` holds with nothing left to commit."""
+        while True:
+            with self._cond:
+                while not self._pending and not until():
+                    self._cond.wait(PUMP_WAIT_SECS)
+                if not self._pending:
+                    return
+            self._drain()
 
     def close(self) -> list[TickReport]:
         """Commit what is left (every tick has finished), release any lease still held,
         wait for the after-commit hooks; every report of the batch."""
         with self._cond:
-            self._streaming = True
-            while self._committing:
-                self._cond.wait()
-            self._committing = True
             for job_id in set(self._held) - self._reported():  # no tick reported it
                 report = TickReport(job_id, "transient", reason="internal error")
                 self._pending.append(_Done(job_id, datetime.now(UTC), report))
@@ -129,10 +130,8 @@ class Waves:
         while True:
             with self._cond:
                 wave, self._pending = self._pending, []
-                if not wave:
-                    self._committing = False
-                    self._cond.notify_all()
-                    return
+            if not wave:
+                return
             try:
                 self._wave(wave)
             except Exception:  # never leave the batch waiting on a commit that died
