@@ -216,12 +216,12 @@ def io_lag(
         wait_for(ok, 180, 0.05, "beat")
         time.sleep(min(every, WARM_CAP))  # warm-up: one interval (--quick: at most 10 s)
         server.get("/__reset")
-        t0, wcpu0, bcpu0 = time.time(), worker.cpu(), beat.cpu()
+        t0, wcpu0, bcpu0, svc0 = time.time(), worker.cpu(), beat.cpu(), stack.service_cpu()
         depth = []
         while time.time() < t0 + duration:
             depth.append(stack.queued())
             time.sleep(1)
-        t1, wcpu1, bcpu1 = time.time(), worker.cpu(), beat.cpu()
+        t1, wcpu1, bcpu1, svc1 = time.time(), worker.cpu(), beat.cpu(), stack.service_cpu()
         rss = {"worker": worker.rss(), "beat": beat.rss()}
         time.sleep(2)
         stats = server.get("/__stats")
@@ -242,6 +242,12 @@ def io_lag(
             worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
             worker_cpu_ms_per_tick=1000 * (wcpu1 - wcpu0) / max(res["ticks"], 1),
             beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
+            # the whole stack's CPU per tick: worker, beat, Redis and the DB server
+            stack_cpu_ms_per_tick=1000
+            * (wcpu1 - wcpu0 + bcpu1 - bcpu0 + sum(svc1.values()) - sum(svc0.values()))
+            / max(res["ticks"], 1),
+            redis_cpu_pct=100 * (svc1["redis"] - svc0["redis"]) / secs,
+            db_cpu_pct=100 * (svc1["db"] - svc0["db"]) / secs,
             max_in_flight=stats["max_in_flight"],
             rss_mb=rss,
             worker_processes=len(rss["worker"]) - 1,  # the launcher's children
@@ -340,14 +346,16 @@ def report_io(r: dict[str, Any]) -> list[str]:
         f"({r['rows'][0]['worker_processes'] if r['rows'] else '?'} x -P threads "
         f"-c {r['threads']}); rows measured after one interval",
         f"   {'N':>7} {'due/s':>6} {'achieved/s':>10} {'<=1s':>7} {'lag p99':>8} {'gap p99':>8}"
-        f" {'q max':>6} {'wrk CPU%':>8} {'ms/tick':>8} {'beat%':>6}  load",
+        f" {'q max':>6} {'wrk CPU%':>8} {'ms/tick':>8} {'beat%':>6} {'redis%':>6} {'db%':>5}"
+        f" {'stack ms/tick':>13}  load",
     ]
     for x in r["rows"]:
         out.append(
             f"   {x['n']:7d} {x['due_per_s']:6.0f} {x['ticks_per_s']:10.0f} "
             f"{x['within_1s']:7.1%} {x['lag_p99_ms'] / 1000:7.2f}s {x['gap_p99_s']:7.2f}s"
             f" {x['queue_max']:6d} {x['worker_cpu_pct']:8.0f} {x['worker_cpu_ms_per_tick']:8.2f}"
-            f" {x['beat_cpu_pct']:6.0f}  {x['load']}"
+            f" {x['beat_cpu_pct']:6.0f} {x['redis_cpu_pct']:6.0f} {x['db_cpu_pct']:5.0f}"
+            f" {x['stack_cpu_ms_per_tick']:13.2f}  {x['load']}"
         )
     out += [
         f"   RSS MB N={x['n']}: worker {fmt_rss(x['rss_mb']['worker'])}, beat "

@@ -104,6 +104,28 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def postgres_cpu() -> float:
+    """User+system CPU seconds of the local PostgreSQL server so far: the postmaster, its
+    live backends and the backends it has reaped (every database on it counts)."""
+    for proc in psutil.process_iter(["name", "ppid"]):
+        try:
+            if proc.info["name"] != "postgres" or psutil.Process(proc.info["ppid"]).name() == (
+                "postgres"
+            ):
+                continue
+            t = proc.cpu_times()
+            return (
+                t.user
+                + t.system
+                + t.children_user
+                + t.children_system
+                + sum(c.cpu_times().user + c.cpu_times().system for c in proc.children())
+            )
+        except psutil.Error:
+            continue
+    return 0.0
+
+
 class Proc(CeleryProc):
     """A Celery worker/beat with an explicit command line (CeleryProc's is fixed)."""
 
@@ -280,6 +302,10 @@ class Stack:
         proc = Proc(role, {**self.env, **env}, args, name, module).start()
         self.procs.append(proc)
         return proc
+
+    def service_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the stack's Redis and, on PostgreSQL, of the server."""
+        return {"redis": tree_cpu(self.redis.pid), "db": postgres_cpu() if self.pg else 0.0}
 
     def queued(self) -> int:
         return sum(int(self.r.llen(q)) for q in (QUEUE, DELIVERIES, "celery"))
