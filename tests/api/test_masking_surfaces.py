@@ -18,6 +18,7 @@ from django.test import Client
 from nexopoll.llm_tools import call_tool
 from nexopoll.runtime.tick import tick_job
 from tests.admin.conftest import staff
+from tests.support.jobs import webhook_poll_job
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 CANARY = "Can4ryS3cretV4lue9f8e"
@@ -41,19 +42,7 @@ def jobs() -> list[dict]:
                 "deliver": {"channel": "log", "to": "ops"},
             },
         },
-        {
-            "id": "hook",
-            "kind": "webhook_poll",
-            "agent": "ana",
-            "schedule": {"every_secs": 60},
-            "config": {
-                "url": "${HOOK_URL}",
-                "items_path": "items",
-                "message_template": "{title}",
-                "deliver": {"channel": "log", "to": "ops"},
-                "allow_private_networks": True,
-            },
-        },
+        webhook_poll_job("hook", "${HOOK_URL}"),
     ]
 
 

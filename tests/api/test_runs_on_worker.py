@@ -11,25 +11,14 @@ import time
 
 from nexopoll.models import Delivery, PollState
 from tests.support.httpserver import TestHTTPServer
+from tests.support.jobs import webhook_poll_job
 from tests.support.procs import wait_for
 
 from .test_pollers_api import error
 
 
 def slow_job(url: str) -> dict:
-    return {
-        "id": "slow",
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": url,
-            "items_path": "items",
-            "message_template": "{title}",
-            "deliver": {"channel": "log", "to": "ops"},
-            "allow_private_networks": True,
-        },
-    }
+    return webhook_poll_job("slow", url)
 
 
 def gated_source(server: TestHTTPServer, gate: threading.Event, reached: threading.Event) -> None:

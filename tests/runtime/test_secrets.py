@@ -16,6 +16,7 @@ from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import logredact
 from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.tick import tick_job
+from tests.support.jobs import webhook_poll_job
 from tests.support.secrets import assert_no_secret
 
 from .conftest import scripted
@@ -31,22 +32,7 @@ def closed_port() -> int:
 
 
 def feed_job(job_id: str = "w", **extra) -> dict:
-    spec = {
-        "id": job_id,
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": "${FEED_URL}",
-            "items_path": "items",
-            "message_template": "{title}",
-            "deliver": {"channel": "log", "to": "ops"},
-            "allow_private_networks": True,
-        },
-        "failure_to": ALERT,
-    }
-    spec["config"].update(extra)
-    return spec
+    return webhook_poll_job(job_id, "${FEED_URL}", failure_to=ALERT, **extra)
 
 
 def everything_stored() -> str:

@@ -14,9 +14,11 @@ from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.tick import tick_job
 from tests.support.httpserver import TestHTTPServer, json_reply, redirect, sequence
+from tests.support.jobs import webhook_poll_job
 from tests.support.sink import Sink
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+ONCALL = {"channel": "log", "to": "oncall"}
 
 
 @pytest.fixture
@@ -37,21 +39,7 @@ def send(ids: list[str], at: datetime) -> dict[str, str]:
 
 
 def poll_job(url: str, **config) -> dict:
-    return {
-        "id": "w",
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": url,
-            "items_path": "items",
-            "message_template": "{title}",
-            "deliver": {"channel": "webhook", "to": "ops"},
-            "allow_private_networks": True,
-            **config,
-        },
-        "failure_to": {"channel": "log", "to": "oncall"},
-    }
+    return webhook_poll_job("w", url, channel="webhook", failure_to=ONCALL, **config)
 
 
 def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeypatch):
