@@ -4,7 +4,6 @@ the job's page, the outbox, reload, the index summary."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery, PollJob, PollState
 from nexopoll.runtime.tick import tick_job
+from tests.support.outbox import outbox_row
 
 from .conftest import scripted
 
@@ -199,19 +199,7 @@ def test_dry_run_page_shows_deliveries_and_commits_nothing(
 def test_redeliver_dead_rows_only(cfg, operator, redis_client):
     now = timezone.now()
     rows = [
-        Delivery.objects.create(
-            job_id=A,
-            agent="ana",
-            epoch=1,
-            channel="log",
-            recipient="ops",
-            payload={"text": s},
-            status=s,
-            next_attempt_at=now,
-            created_at=now,
-            attempts=8,
-        )
-        for s in ("dead", "sent")
+        outbox_row(A, at=now, payload={"text": s}, status=s, attempts=8) for s in ("dead", "sent")
     ]
     client = login(operator)
     page = client.post(
@@ -251,18 +239,7 @@ def test_index_shows_the_summary(cfg, redis_client, operator):
     cfg.write([scripted(A), scripted(B, paused_on_boot=True)])
     cfg.reload()
     now = timezone.now()
-    Delivery.objects.create(
-        id=uuid.uuid4(),
-        job_id=A,
-        agent="ana",
-        epoch=1,
-        channel="log",
-        recipient="ops",
-        payload={},
-        status="dead",
-        next_attempt_at=now,
-        created_at=now,
-    )
+    outbox_row(A, at=now, status="dead")
     page = login(operator).get("/admin/").content.decode()
     summary = page[page.index('id="nexopoll-summary"') :]
     assert re.search(r"<strong>2</strong>jobs", summary)
