@@ -242,6 +242,22 @@ class CeleryProc:
             pass
 
 
+def run_in_root(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python *args`` in the repository root under ``env``; its output kept, as text."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def run_manage(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python manage.py *args``, as :func:`run_in_root` runs it."""
+    return run_in_root(env, "manage.py", *args, timeout=timeout)
+
+
 def stack_env(redis_url: str, database_url: str, config_path: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DJANGO_SETTINGS"))}
     env.update(
