@@ -18,21 +18,9 @@ from pollers import _google
 from pollers.gmail import SEEN_CAPACITY, GmailPoller, decode_cursor, encode_cursor, remember
 from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
-from tests.support.google_server import FakeGoogle, gmail_message, text_part, write_credentials
+from tests.support.google_server import gmail_message, text_part, write_credentials
 
 DELIVER = {"channel": "log", "to": "ops"}
-
-
-@pytest.fixture
-def google(monkeypatch):
-    with FakeGoogle() as fake:
-        point_api(monkeypatch, "gmail", fake.url)
-        yield fake
-
-
-@pytest.fixture
-def binding(google, tmp_path):
-    return write_credentials(tmp_path, google)
 
 
 def run(config, binding, cursor=None, job_id="leads", host=None):
