@@ -16,6 +16,7 @@ from django.utils import timezone
 from nexopoll.models import Delivery, PollJob, PollState
 from nexopoll.runtime.tick import tick_job
 from tests.support.outbox import outbox_row
+from tests.support.scale import scripted_job_rows
 
 from .conftest import scripted
 
@@ -69,22 +70,7 @@ def test_jobs_list_shows_live_state(cfg, redis_client, operator):
 def test_jobs_list_query_count_is_bounded_at_10000_jobs(cfg, operator):
     # 10,000 rows written directly (a YAML of that size is the scale issue's business)
     now = timezone.now()
-    PollJob.objects.bulk_create(
-        [
-            PollJob(
-                job_id=f"job{i:05d}",
-                kind="scripted",
-                agent="ana",
-                schedule={"every_secs": 60},
-                config={},
-                definition_hash="h",
-                created_at=now,
-                updated_at=now,
-            )
-            for i in range(10_000)
-        ],
-        batch_size=1000,
-    )
+    scripted_job_rows(f"job{i:05d}" for i in range(10_000))
     PollState.objects.bulk_create(
         [
             PollState(job_id=f"job{i:05d}", definition_hash="h", last_status="ok", last_run_at=now)

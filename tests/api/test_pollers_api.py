@@ -11,6 +11,7 @@ from django.utils import timezone
 from nexopoll import services
 from nexopoll.models import PollJob, PollState
 from tests.runtime.conftest import scripted
+from tests.support.scale import scripted_job_rows
 
 
 def state(job_id: str) -> PollState:
@@ -169,20 +170,7 @@ def test_reload_plan_apply_and_strict(api, jobs):
 
 
 def test_ten_thousand_jobs_list_fast(api, cfg):
-    PollJob.objects.bulk_create(
-        [
-            PollJob(
-                job_id=f"job{i:05d}",
-                kind="scripted",
-                agent="ana",
-                schedule={"every_secs": 60},
-                config={},
-                definition_hash="h",
-            )
-            for i in range(10_000)
-        ],
-        batch_size=1000,
-    )
+    scripted_job_rows(f"job{i:05d}" for i in range(10_000))
     PollState.objects.bulk_create(
         [PollState(job_id=f"job{i:05d}", paused=i % 2 == 0) for i in range(10_000)],
         batch_size=1000,

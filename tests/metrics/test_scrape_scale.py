@@ -13,6 +13,7 @@ from django.test import Client
 
 from nexopoll.models import PollJob, PollState
 from nexopoll.runtime import logredact, metricstore
+from tests.support.scale import scripted_job_rows
 
 from .test_metrics import cfg, samples  # noqa: F401 (fixture)
 
@@ -21,20 +22,7 @@ N = 10_000
 
 def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
     ids = [f"job{i:05d}" for i in range(N)]
-    PollJob.objects.bulk_create(
-        [
-            PollJob(
-                job_id=j,
-                kind="scripted",
-                agent="ana",
-                schedule={"every_secs": 60},
-                config={},
-                definition_hash="h",
-            )
-            for j in ids
-        ],
-        batch_size=1000,
-    )
+    scripted_job_rows(ids)
     PollState.objects.bulk_create([PollState(job_id=j) for j in ids], batch_size=1000)
     logredact.register({f"secret-value-{i:04d}" for i in range(50)})
     poller = {("pages", (("source", "rss"),)): 2, ("errors", (("code", "404"),)): 1}
