@@ -20,7 +20,7 @@ import requests
 
 from nexopoll.models import Delivery, PollState
 from tests.support.httpserver import TestHTTPServer
-from tests.support.procs import ROOT, free_port, wait_for
+from tests.support.procs import ROOT, answers_200, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 TOKEN = "gunicorn-run-token-" + "x" * 20
@@ -85,7 +85,7 @@ def test_a_source_slower_than_gunicorns_timeout_is_a_202_then_a_result(stack, tm
             )
         base, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {TOKEN}"}
         try:
-            wait_for(lambda: _up(f"{base}/api/pollers", auth), 60, what="gunicorn up")
+            wait_for(lambda: answers_200(f"{base}/api/pollers", auth), 60, what="gunicorn up")
             started = time.monotonic()
             try:
                 r = requests.post(f"{base}/api/pollers/slow/run", headers=auth, timeout=20)
@@ -111,10 +111,3 @@ def test_a_source_slower_than_gunicorns_timeout_is_a_202_then_a_result(stack, tm
             web.wait(10)
     assert PollState.objects.get(job_id="slow").ticks_total == 1
     assert Delivery.objects.filter(job_id="slow").count() == 1
-
-
-def _up(url: str, headers: dict) -> bool:
-    try:
-        return requests.get(url, headers=headers, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False

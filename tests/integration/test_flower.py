@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from nexopoll.flower import FlowerSettings, flower_command
-from tests.support.procs import ROOT, CeleryProc, wait_for
+from tests.support.procs import ROOT, CeleryProc, answers_200, wait_for
 
 from .conftest import job
 
@@ -40,7 +40,7 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _up(f"{base}/healthcheck"), 60, what="flower up")
+        wait_for(lambda: answers_200(f"{base}/healthcheck"), 60, what="flower up")
         from nexopoll.celery import app
 
         def seen() -> dict:
@@ -66,13 +66,6 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     finally:
         flower.terminate()
         flower.wait(10)
-
-
-def _up(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def test_launcher_refuses_to_start_without_credentials():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.procs import ROOT, wait_for
+from tests.support.procs import ROOT, answers_200, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _get(f"{base}/admin/login/"), 60, what="gunicorn up")
+        wait_for(lambda: answers_200(f"{base}/admin/login/"), 60, what="gunicorn up")
         login = requests.get(f"{base}/admin/login/", timeout=5)
         assert "/static/admin/css/base.css" in login.text
         css = requests.get(f"{base}/static/admin/css/base.css", timeout=5)
@@ -69,10 +69,3 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
     finally:
         web.terminate()
         web.wait(10)
-
-
-def _get(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False

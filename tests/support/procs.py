@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +36,15 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
         time.sleep(interval)
+
+
+def answers_200(url: str, headers: dict | None = None) -> bool:
+    """Whether ``url`` answers a GET with 200 now (a refused connection is a no): for
+    ``wait_for`` while a web process starts."""
+    try:
+        return requests.get(url, headers=headers, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def fault_scale() -> float:
