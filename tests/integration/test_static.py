@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.procs import ROOT, answers_200, wait_for
+from tests.support.procs import ROOT, answers_200, start_gunicorn, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,23 +39,7 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
     assert (tmp_path / "static" / "admin" / "css" / "base.css").exists()
     assert (tmp_path / "static" / "admin_ext" / "nexopoll.css").exists()
     log = tempfile.TemporaryFile()
-    web = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "nexopoll.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    web = start_gunicorn(env, port, log)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: answers_200(f"{base}/admin/login/"), 60, what="gunicorn up")

@@ -268,6 +268,29 @@ def run_manage(
     return run_in_root(env, "manage.py", *args, timeout=timeout)
 
 
+def start_gunicorn(env: dict[str, str], port: int, out: Any, *options: str) -> subprocess.Popen:
+    """``gunicorn nexopoll.wsgi`` with one worker on 127.0.0.1:``port`` and ``options``,
+    from the repository root in its own session, its output (stderr too) to ``out``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "nexopoll.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            *options,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def stack_env(redis_url: str, database_url: str, config_path: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DJANGO_SETTINGS"))}
     env.update(
