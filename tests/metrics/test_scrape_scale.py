@@ -11,7 +11,7 @@ import time
 
 from django.test import Client
 
-from nexopoll.models import PollJob, PollState
+from nexopoll.models import PollState
 from nexopoll.runtime import logredact, metricstore
 from tests.support.scale import scripted_job_rows
 
@@ -48,14 +48,7 @@ def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
 def test_scrape_of_a_hundred_thousand_stored_series_of_one_job(cfg, redis_client):  # noqa: F811
     """Series an older version stored without caps (550,000 used to time the scrape out):
     the scrape shows what the caps allow and skips the rest, mostly unread."""
-    PollJob.objects.create(
-        job_id="big",
-        kind="scripted",
-        agent="ana",
-        schedule={"every_secs": 60},
-        config={},
-        definition_hash="h",
-    )
+    scripted_job_rows(["big"])
     n = 100_000
     for start in range(0, n, 25_000):
         fields = {
