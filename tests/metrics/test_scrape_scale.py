@@ -20,6 +20,15 @@ from .test_metrics import cfg, samples  # noqa: F401 (fixture)
 N = 10_000
 
 
+def timed_scrape():
+    """GET /metrics: the response, its samples, and the wall and CPU seconds it took."""
+    started, cpu = time.monotonic(), time.process_time()
+    response = Client().get("/metrics")
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+    assert response.status_code == 200
+    return response, samples(response.content.decode()), elapsed, cpu
+
+
 def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
     ids = [f"job{i:05d}" for i in range(N)]
     scripted_job_rows(ids)
@@ -31,11 +40,7 @@ def test_scrape_of_ten_thousand_jobs(cfg, redis_client):  # noqa: F811
         metricstore.queue_tick(pipe, j, status="ok", ms=12, seen=3, dispatched=1, poller=poller)
     pipe.execute()
     logredact.refresh_from_db(force=True)  # what the scrape would do first
-    started, cpu = time.monotonic(), time.process_time()
-    response = Client().get("/metrics")
-    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
-    assert response.status_code == 200
-    data = samples(response.content.decode())
+    response, data, elapsed, cpu = timed_scrape()
     ticks = [v for (name, _), v in data.items() if name == "poller_ticks_total"]
     assert len(ticks) == N and sum(ticks) == N
     pages = [v for (name, _), v in data.items() if name == "poller_metric_total"]
@@ -56,11 +61,7 @@ def test_scrape_of_a_hundred_thousand_stored_series_of_one_job(cfg, redis_client
             for i in range(start, start + 25_000)
         }
         redis_client.hset(metricstore.POLLER, mapping=fields)
-    started, cpu = time.monotonic(), time.process_time()
-    response = Client().get("/metrics")
-    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
-    assert response.status_code == 200
-    data = samples(response.content.decode())
+    _, data, elapsed, cpu = timed_scrape()
     hits = [k for (name, k), _ in data.items() if name == "poller_metric_total"]
     assert len(hits) == 100  # NEXOPOLL_METRICS_MAX_LABEL_VALUES
     skipped = data[("nexopoll_metric_series_skipped", frozenset({("reason", "over_limit")}))]
