@@ -130,20 +130,8 @@ def test_reset_needs_confirm_true(api, jobs, redis_client):
 
 
 def test_malformed_and_non_json_bodies(api, jobs):
-    r = api.client.post(
-        "/api/pollers/alpha/reset",
-        data="{nope",
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {api.token}",
-    )
-    error(r, 400)
-    r = api.client.post(
-        "/api/pollers/alpha/reset",
-        data="confirm=true",
-        content_type="text/plain",
-        HTTP_AUTHORIZATION=f"Bearer {api.token}",
-    )
-    error(r, 400)
+    error(api.post_raw("/api/pollers/alpha/reset", "{nope", "application/json"), 400)
+    error(api.post_raw("/api/pollers/alpha/reset", "confirm=true", "text/plain"), 400)
     error(api.post("/api/pollers/alpha/reset", [1, 2]), 422)
     assert state("alpha").epoch == 0
     r = api.client.delete("/api/pollers/alpha", HTTP_AUTHORIZATION=f"Bearer {api.token}")
