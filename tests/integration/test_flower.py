@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,17 +11,11 @@ import pytest
 import requests
 
 from nexopoll.flower import FlowerSettings, flower_command
-from tests.support.procs import ROOT, CeleryProc, answers_200, wait_for
+from tests.support.procs import ROOT, CeleryProc, answers_200, free_port, wait_for
 
 from .conftest import job
 
 pytestmark = pytest.mark.integration
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_flower_shows_ticks_to_authenticated_callers_only(stack):
@@ -31,7 +24,7 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     # as the Procfile starts it: with task events (-E)
     worker = CeleryProc("worker", stack.env(), "fw", extra=("-E",)).start()
     stack.procs.append(worker)
-    port = _port()
+    port = free_port()
     conf = FlowerSettings(basic_auth="ops:flower-pw-1", port=port)
     cmd, child_env = flower_command(conf, stack.env(), [])
     log = tempfile.TemporaryFile()

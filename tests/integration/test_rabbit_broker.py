@@ -8,7 +8,6 @@ few seconds later loses no item (RELIABILITY row 60).
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import requests
 from django.utils import timezone
 
 from nexopoll.models import Delivery
-from tests.support.procs import ROOT, CeleryProc, wait_for
+from tests.support.procs import ROOT, CeleryProc, free_port, wait_for
 from tests.support.rabbit import RabbitNode, rabbitmq_server
 from tests.support.sink import assert_no_loss_dup_safe
 
@@ -163,9 +162,7 @@ def test_flower_sees_task_events_over_rabbitmq(rstack):
     rstack.reload()
     worker = CeleryProc("worker", rstack.env(), "fw", extra=("-E",)).start()
     rstack.procs.append(worker)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     conf = FlowerSettings(basic_auth="ops:pw-1", port=port)
     cmd, child_env = flower_command(conf, rstack.env(), [])
     log = tempfile.TemporaryFile()

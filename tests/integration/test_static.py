@@ -3,7 +3,6 @@ static files itself (WhiteNoise), after `collectstatic` as `make run` does it.""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,15 +11,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.procs import ROOT, answers_200, start_gunicorn, wait_for
+from tests.support.procs import ROOT, answers_200, free_port, start_gunicorn, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
         "NEXOPOLL_DATA_DIR": str(tmp_path),

@@ -15,6 +15,7 @@ from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.tick import tick_job
 from tests.support.httpserver import TestHTTPServer, json_reply, redirect, sequence
 from tests.support.jobs import webhook_poll_job
+from tests.support.procs import free_port
 from tests.support.sink import Sink
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
@@ -117,11 +118,8 @@ def test_private_address_refused_without_opt_in(cfg):
 
 
 def test_a_secret_in_the_polled_url_is_masked_in_state_and_alerts(cfg, monkeypatch):
-    import socket
 
-    with socket.socket() as s:  # nobody listens: the connection error names the URL
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens: the connection error names the URL
     monkeypatch.setenv("BOT_TOKEN", "12345:CANARYsecret")
     cfg.write(
         [poll_job(f"http://127.0.0.1:{port}/bot${{BOT_TOKEN}}/getUpdates")], breaker_threshold=1
