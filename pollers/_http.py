@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from nexopoll.net import http
+from nexopoll.net.status import header
 
 MAX_VALIDATOR_CHARS = 1024
 _MAX_AGE_RE = re.compile(r"(?:^|[,\s])max-age\s*=\s*\"?(\d{1,10})\"?", re.IGNORECASE)
@@ -77,15 +78,6 @@ class StatusTransientError(http.TransientHTTPError):
     def __init__(self, status: int, message: str, retry_after: timedelta | None) -> None:
         super().__init__(status, retry_after)
         self.args = (message,)
-
-
-def header(headers: Mapping[str, str], name: str) -> str | None:
-    """``headers[name]`` looked up case-insensitively (any mapping)."""
-    value = headers.get(name)
-    if value is not None:
-        return value
-    lowered = name.lower()
-    return next((v for k, v in headers.items() if k.lower() == lowered), None)
 
 
 def conditional_headers(etag: str | None, last_modified: str | None) -> dict[str, str]:

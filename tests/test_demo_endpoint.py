@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
-import sys
 
 import pytest
 from django.urls import clear_url_caches, resolve
 
 import nexopoll.urls
 import nexopoll.views
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, run_manage
 
 
 @pytest.fixture
@@ -50,14 +48,7 @@ def test_the_setting_reads_nexopoll_demo(value, expected):
     if value is not None:
         env["NEXOPOLL_DEMO"] = value
     code = "from django.conf import settings; print(settings.NEXOPOLL_DEMO)"
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_manage(env, "shell", "-c", code)
     assert done.stdout.strip().splitlines()[-1] == expected, done.stderr
 
 

@@ -58,6 +58,18 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
 
 
+def _pip(*args: str) -> None:
+    """This Python's pip, in the clean environment; a failure fails the test."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_clean_env(),
+    )
+
+
 def _build_wheel(tmp: Path) -> Path:
     """The wheel of a copy of the checkout's sources (a build writes build/ and egg-info)."""
     src = tmp / "src"
@@ -69,25 +81,7 @@ def _build_wheel(tmp: Path) -> Path:
         else:
             shutil.copy(path, src / name)
     dist = tmp / "dist"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(dist),
-            str(src),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=_clean_env(),
-    )
+    _pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src))
     (wheel,) = dist.glob("nexopoll-*.whl")
     return wheel
 
@@ -99,25 +93,7 @@ def _venv_with(wheel: Path, tmp: Path) -> Path:
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=_clean_env()
     )
     python = venv / "bin" / "python"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=_clean_env(),
-    )
+    _pip("--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel))
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,

@@ -59,7 +59,7 @@ def classify_status(
     if status in (408, 429) or status >= 500:
         retry_after = None
         if status in (408, 429, 503):
-            retry_after = parse_retry_after(_header(headers, "Retry-After"), now=now)
+            retry_after = parse_retry_after(header(headers, "Retry-After"), now=now)
         raise TransientHTTPError(status, retry_after)
     raise PermanentHTTPError(status)
 
@@ -87,7 +87,8 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> time
     return min(delay, MAX_RETRY_AFTER)
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """``headers[name]`` looked up case-insensitively (any mapping)."""
     value = headers.get(name)
     if value is not None:
         return value

@@ -4,7 +4,6 @@ the job's page, the outbox, reload, the index summary."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -16,6 +15,8 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery, PollJob, PollState
 from nexopoll.runtime.tick import tick_job
+from tests.support.outbox import outbox_row
+from tests.support.scale import scripted_job_rows
 
 from .conftest import scripted
 
@@ -69,22 +70,7 @@ def test_jobs_list_shows_live_state(cfg, redis_client, operator):
 def test_jobs_list_query_count_is_bounded_at_10000_jobs(cfg, operator):
     # 10,000 rows written directly (a YAML of that size is the scale issue's business)
     now = timezone.now()
-    PollJob.objects.bulk_create(
-        [
-            PollJob(
-                job_id=f"job{i:05d}",
-                kind="scripted",
-                agent="ana",
-                schedule={"every_secs": 60},
-                config={},
-                definition_hash="h",
-                created_at=now,
-                updated_at=now,
-            )
-            for i in range(10_000)
-        ],
-        batch_size=1000,
-    )
+    scripted_job_rows(f"job{i:05d}" for i in range(10_000))
     PollState.objects.bulk_create(
         [
             PollState(job_id=f"job{i:05d}", definition_hash="h", last_status="ok", last_run_at=now)
@@ -199,19 +185,7 @@ def test_dry_run_page_shows_deliveries_and_commits_nothing(
 def test_redeliver_dead_rows_only(cfg, operator, redis_client):
     now = timezone.now()
     rows = [
-        Delivery.objects.create(
-            job_id=A,
-            agent="ana",
-            epoch=1,
-            channel="log",
-            recipient="ops",
-            payload={"text": s},
-            status=s,
-            next_attempt_at=now,
-            created_at=now,
-            attempts=8,
-        )
-        for s in ("dead", "sent")
+        outbox_row(A, at=now, payload={"text": s}, status=s, attempts=8) for s in ("dead", "sent")
     ]
     client = login(operator)
     page = client.post(
@@ -251,18 +225,7 @@ def test_index_shows_the_summary(cfg, redis_client, operator):
     cfg.write([scripted(A), scripted(B, paused_on_boot=True)])
     cfg.reload()
     now = timezone.now()
-    Delivery.objects.create(
-        id=uuid.uuid4(),
-        job_id=A,
-        agent="ana",
-        epoch=1,
-        channel="log",
-        recipient="ops",
-        payload={},
-        status="dead",
-        next_attempt_at=now,
-        created_at=now,
-    )
+    outbox_row(A, at=now, status="dead")
     page = login(operator).get("/admin/").content.decode()
     summary = page[page.index('id="nexopoll-summary"') :]
     assert re.search(r"<strong>2</strong>jobs", summary)

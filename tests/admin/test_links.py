@@ -6,7 +6,6 @@ every view must unquote what it is given; typed URLs with plain ids would miss t
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import UTC, timedelta
 from html.parser import HTMLParser
 
@@ -15,6 +14,7 @@ from django.utils import timezone
 
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.tick import tick_job
+from tests.support.outbox import outbox_row
 
 from .conftest import scripted
 
@@ -149,18 +149,7 @@ def test_deliveries_by_their_links_newest_first(cfg, redis_client, operator):
 def test_whole_outbox_is_newest_first(cfg, operator):
     now = timezone.now()
     made = [
-        Delivery.objects.create(
-            id=uuid.uuid4(),
-            job_id=OTHER,
-            agent="ana",
-            epoch=1,
-            channel="log",
-            recipient="ops",
-            payload={},
-            status="dead",
-            next_attempt_at=now,
-            created_at=now - timedelta(minutes=m),
-        )
+        outbox_row(OTHER, at=now, status="dead", created_at=now - timedelta(minutes=m))
         for m in (30, 10, 20)
     ]
     client = Client()

@@ -48,9 +48,11 @@ class Api:
 
     def post(self, url: str, body=None, **extra):
         data = "" if body is None else json.dumps(body)
-        return self.client.post(
-            url, data=data, content_type="application/json", **self._headers(extra)
-        )
+        return self.post_raw(url, data, "application/json", **extra)
+
+    def post_raw(self, url: str, data: str, content_type: str, **extra):
+        """A body sent as given, under ``content_type`` (a malformed one, say)."""
+        return self.client.post(url, data=data, content_type=content_type, **self._headers(extra))
 
 
 def staff(username: str, *perms: str) -> User:

@@ -8,23 +8,19 @@ from datetime import timedelta
 from django.utils import timezone
 
 from nexopoll.models import Delivery
+from tests.support.outbox import outbox_row
 
 from .test_pollers_api import error
 
 
 def row(status: str, minutes_ago: int, job_id: str = "alpha") -> Delivery:
     at = timezone.now() - timedelta(minutes=minutes_ago)
-    return Delivery.objects.create(
-        job_id=job_id,
-        agent="ana",
-        epoch=1,
-        channel="log",
-        recipient="ops",
+    return outbox_row(
+        job_id,
+        at=at,
         payload={"text": "x"},
         status=status,
         attempts=3,
-        next_attempt_at=at,
-        created_at=at,
         last_error="boom" if status == "dead" else "",
     )
 

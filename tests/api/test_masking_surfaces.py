@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 from datetime import UTC, datetime
 from io import StringIO
 
@@ -18,15 +17,11 @@ from django.test import Client
 from nexopoll.llm_tools import call_tool
 from nexopoll.runtime.tick import tick_job
 from tests.admin.conftest import staff
+from tests.support.jobs import webhook_poll_job
+from tests.support.procs import free_port
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 CANARY = "Can4ryS3cretV4lue9f8e"
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def jobs() -> list[dict]:
@@ -41,24 +36,12 @@ def jobs() -> list[dict]:
                 "deliver": {"channel": "log", "to": "ops"},
             },
         },
-        {
-            "id": "hook",
-            "kind": "webhook_poll",
-            "agent": "ana",
-            "schedule": {"every_secs": 60},
-            "config": {
-                "url": "${HOOK_URL}",
-                "items_path": "items",
-                "message_template": "{title}",
-                "deliver": {"channel": "log", "to": "ops"},
-                "allow_private_networks": True,
-            },
-        },
+        webhook_poll_job("hook", "${HOOK_URL}"),
     ]
 
 
 # one base for the module: a job's expanded config is cached by its definition
-BASE, HOOK_PORT = f"http://127.0.0.1:{closed_port()}", closed_port()
+BASE, HOOK_PORT = f"http://127.0.0.1:{free_port()}", free_port()
 
 
 @pytest.fixture

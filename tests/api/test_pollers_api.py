@@ -11,6 +11,7 @@ from django.utils import timezone
 from nexopoll import services
 from nexopoll.models import PollJob, PollState
 from tests.runtime.conftest import scripted
+from tests.support.scale import scripted_job_rows
 
 
 def state(job_id: str) -> PollState:
@@ -129,20 +130,8 @@ def test_reset_needs_confirm_true(api, jobs, redis_client):
 
 
 def test_malformed_and_non_json_bodies(api, jobs):
-    r = api.client.post(
-        "/api/pollers/alpha/reset",
-        data="{nope",
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {api.token}",
-    )
-    error(r, 400)
-    r = api.client.post(
-        "/api/pollers/alpha/reset",
-        data="confirm=true",
-        content_type="text/plain",
-        HTTP_AUTHORIZATION=f"Bearer {api.token}",
-    )
-    error(r, 400)
+    error(api.post_raw("/api/pollers/alpha/reset", "{nope", "application/json"), 400)
+    error(api.post_raw("/api/pollers/alpha/reset", "confirm=true", "text/plain"), 400)
     error(api.post("/api/pollers/alpha/reset", [1, 2]), 422)
     assert state("alpha").epoch == 0
     r = api.client.delete("/api/pollers/alpha", HTTP_AUTHORIZATION=f"Bearer {api.token}")
@@ -169,20 +158,7 @@ def test_reload_plan_apply_and_strict(api, jobs):
 
 
 def test_ten_thousand_jobs_list_fast(api, cfg):
-    PollJob.objects.bulk_create(
-        [
-            PollJob(
-                job_id=f"job{i:05d}",
-                kind="scripted",
-                agent="ana",
-                schedule={"every_secs": 60},
-                config={},
-                definition_hash="h",
-            )
-            for i in range(10_000)
-        ],
-        batch_size=1000,
-    )
+    scripted_job_rows(f"job{i:05d}" for i in range(10_000))
     PollState.objects.bulk_create(
         [PollState(job_id=f"job{i:05d}", paused=i % 2 == 0) for i in range(10_000)],
         batch_size=1000,

@@ -8,28 +8,19 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from nexopoll.models import Delivery, PollState
 from tests.support.httpserver import TestHTTPServer
+from tests.support.jobs import webhook_poll_job
 from tests.support.procs import wait_for
 
 from .test_pollers_api import error
 
 
 def slow_job(url: str) -> dict:
-    return {
-        "id": "slow",
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": url,
-            "items_path": "items",
-            "message_template": "{title}",
-            "deliver": {"channel": "log", "to": "ops"},
-            "allow_private_networks": True,
-        },
-    }
+    return webhook_poll_job("slow", url)
 
 
 def gated_source(server: TestHTTPServer, gate: threading.Event, reached: threading.Event) -> None:
@@ -44,6 +35,17 @@ def gated_source(server: TestHTTPServer, gate: threading.Event, reached: threadi
     server.route("GET", "/items", items)
 
 
+@contextmanager
+def slow_job_loaded(cfg) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Job ``slow`` loaded, its source a :func:`gated_source`; yields ``(gate, reached)``."""
+    gate, reached = threading.Event(), threading.Event()
+    with TestHTTPServer() as server:
+        gated_source(server, gate, reached)
+        cfg.write([slow_job(server.url("/items"))], agents={"ana": {"log": {}}})
+        cfg.reload()
+        yield gate, reached
+
+
 def timed_post(api, url: str, body=None):
     started = time.monotonic()
     r = api.post(url, body)
@@ -55,11 +57,7 @@ def test_a_slow_run_answers_202_and_its_status_url_gives_the_result(
 ):
     settings.NEXOPOLL_RUN_WAIT_SECS = 1.0
     start_worker()
-    gate, reached = threading.Event(), threading.Event()
-    with TestHTTPServer() as server:
-        gated_source(server, gate, reached)
-        cfg.write([slow_job(server.url("/items"))], agents={"ana": {"log": {}}})
-        cfg.reload()
+    with slow_job_loaded(cfg) as (gate, reached):
         try:
             r, took = timed_post(api, "/api/pollers/slow/run")
             assert r.status_code == 202, r.content
@@ -80,11 +78,7 @@ def test_a_slow_run_answers_202_and_its_status_url_gives_the_result(
 def test_a_slow_dry_run_answers_202_and_commits_nothing(api, cfg, start_worker, settings):
     settings.NEXOPOLL_RUN_WAIT_SECS = 0.5
     start_worker()
-    gate, reached = threading.Event(), threading.Event()
-    with TestHTTPServer() as server:
-        gated_source(server, gate, reached)
-        cfg.write([slow_job(server.url("/items"))], agents={"ana": {"log": {}}})
-        cfg.reload()
+    with slow_job_loaded(cfg) as (gate, reached):
         try:
             r, took = timed_post(api, "/api/pollers/slow/dry-run")
             assert r.status_code == 202 and took < 5, (r.content, took)

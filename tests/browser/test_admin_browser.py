@@ -5,7 +5,6 @@ digits, so every link goes through the admin's quoting (``_`` reads ``_5F``)."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from nexopoll.models import Delivery, PollJob, PollState
 from tests.integration.conftest import job
+from tests.support.outbox import outbox_row
 from tests.support.procs import wait_for
 
 from .conftest import ARTIFACTS
@@ -153,18 +153,13 @@ def test_run_now_result_on_the_job_page_and_dry_run(browser, live_server, runnin
 def test_redeliver_a_dead_row(browser, live_server, running):
     make_user("op", "view_outboxrow", "redeliver", "view_job")
     now = timezone.now()
-    row = Delivery.objects.create(
-        id=uuid.uuid4(),
-        job_id=ALPHA,
-        agent="ana",
-        epoch=1,
+    row = outbox_row(
+        ALPHA,
+        at=now,
         channel="webhook",
-        recipient="ops",
         payload={"text": "again"},
         status="dead",
         attempts=8,
-        next_attempt_at=now,
-        created_at=now,
         last_error="HTTP 500",
     )
     login(browser, live_server, "op")

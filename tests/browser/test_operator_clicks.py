@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import uuid
 from datetime import UTC, timedelta
 from pathlib import Path
 
@@ -20,9 +19,10 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from nexopoll.models import Delivery, PollJob, PollState
+from nexopoll.models import PollJob, PollState
 from nexopoll.runtime.tick import tick_job
 from tests.runtime.conftest import Config, scripted
+from tests.support.outbox import outbox_row
 
 from .conftest import ARTIFACTS
 
@@ -286,17 +286,14 @@ def test_deliveries_list_newest_first_short_ids_iso_times(window, live_server, c
     cfg.reload()
     now = timezone.now().replace(microsecond=0)
     rows = [
-        Delivery.objects.create(
-            id=uuid.uuid4(),
-            job_id=FEED,
-            agent="ana",
-            epoch=1,
+        outbox_row(
+            FEED,
+            at=now,
             channel="webhook",
             recipient="https://hooks.example.com/very/long/path",
             payload={"text": str(i)},
             status="sent",
             attempts=1,
-            next_attempt_at=now,
             sent_at=now - timedelta(hours=i),
             created_at=now - timedelta(hours=i),
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from nexopoll import services
-from tests.support.procs import CeleryProc, stack_env
+from tests.support.procs import ROOT, CeleryProc, free_port, stack_env
 from tests.support.sink import Sink
 
 
@@ -33,6 +35,21 @@ def job(job_id: str, every: float = 1, **extra) -> dict:
     }
     spec.update(extra)
     return spec
+
+
+def start_flower(env: dict[str, str], password: str) -> tuple[subprocess.Popen, int]:
+    """Flower as its launcher builds it (basic auth ``ops:<password>``) on a free port, in
+    its own session, its output to a temporary file; returns the process and the port."""
+    from nexopoll.flower import FlowerSettings, flower_command
+
+    port = free_port()
+    conf = FlowerSettings(basic_auth=f"ops:{password}", port=port)
+    cmd, child_env = flower_command(conf, env, [])
+    log = tempfile.TemporaryFile()
+    flower = subprocess.Popen(
+        cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    return flower, port
 
 
 class Stack:

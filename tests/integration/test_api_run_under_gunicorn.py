@@ -10,8 +10,6 @@ lives, and the status URL gives the committed result once the source answers.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 
@@ -20,7 +18,7 @@ import requests
 
 from nexopoll.models import Delivery, PollState
 from tests.support.httpserver import TestHTTPServer
-from tests.support.procs import ROOT, free_port, wait_for
+from tests.support.procs import answers_200, free_port, start_gunicorn, wait_for
 
 pytestmark = pytest.mark.integration
 TOKEN = "gunicorn-run-token-" + "x" * 20
@@ -64,28 +62,10 @@ def test_a_source_slower_than_gunicorns_timeout_is_a_202_then_a_result(stack, tm
         )
         log = tmp_path / "gunicorn.log"
         with open(log, "wb") as out:
-            web = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "nexopoll.wsgi",
-                    "--bind",
-                    f"127.0.0.1:{port}",
-                    "--workers",
-                    "1",
-                    "--timeout",
-                    "3",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            web = start_gunicorn(env, port, out, "--timeout", "3")
         base, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {TOKEN}"}
         try:
-            wait_for(lambda: _up(f"{base}/api/pollers", auth), 60, what="gunicorn up")
+            wait_for(lambda: answers_200(f"{base}/api/pollers", auth), 60, what="gunicorn up")
             started = time.monotonic()
             try:
                 r = requests.post(f"{base}/api/pollers/slow/run", headers=auth, timeout=20)
@@ -111,10 +91,3 @@ def test_a_source_slower_than_gunicorns_timeout_is_a_202_then_a_result(stack, tm
             web.wait(10)
     assert PollState.objects.get(job_id="slow").ticks_total == 1
     assert Delivery.objects.filter(job_id="slow").count() == 1
-
-
-def _up(url: str, headers: dict) -> bool:
-    try:
-        return requests.get(url, headers=headers, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False

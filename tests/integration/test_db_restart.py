@@ -4,8 +4,6 @@ seconds on fresh connections, nothing is lost and no cursor moves backwards."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -14,7 +12,7 @@ from django.db import connection
 
 from nexopoll.models import PollState
 from tests.support.pgcluster import PG_BIN, PrivateCluster, pg_tools_available
-from tests.support.procs import ROOT, CeleryProc, stack_env, wait_for
+from tests.support.procs import CeleryProc, run_manage, stack_env, wait_for
 from tests.support.sink import Sink, assert_no_loss_dup_safe
 
 from .conftest import job
@@ -78,14 +76,7 @@ def cluster():
 
 
 def manage(env: dict[str, str], *args: str) -> str:
-    res = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = run_manage(env, *args)
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 

@@ -3,26 +3,18 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import tempfile
 
 import pytest
 import requests
 
 from nexopoll.flower import FlowerSettings, flower_command
-from tests.support.procs import ROOT, CeleryProc, wait_for
+from tests.support.procs import ROOT, CeleryProc, answers_200, wait_for
 
-from .conftest import job
+from .conftest import job, start_flower
 
 pytestmark = pytest.mark.integration
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_flower_shows_ticks_to_authenticated_callers_only(stack):
@@ -31,16 +23,10 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     # as the Procfile starts it: with task events (-E)
     worker = CeleryProc("worker", stack.env(), "fw", extra=("-E",)).start()
     stack.procs.append(worker)
-    port = _port()
-    conf = FlowerSettings(basic_auth="ops:flower-pw-1", port=port)
-    cmd, child_env = flower_command(conf, stack.env(), [])
-    log = tempfile.TemporaryFile()
-    flower = subprocess.Popen(
-        cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    flower, port = start_flower(stack.env(), "flower-pw-1")
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _up(f"{base}/healthcheck"), 60, what="flower up")
+        wait_for(lambda: answers_200(f"{base}/healthcheck"), 60, what="flower up")
         from nexopoll.celery import app
 
         def seen() -> dict:
@@ -66,13 +52,6 @@ def test_flower_shows_ticks_to_authenticated_callers_only(stack):
     finally:
         flower.terminate()
         flower.wait(10)
-
-
-def _up(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def test_launcher_refuses_to_start_without_credentials():

@@ -4,13 +4,12 @@ Redis stopped or beat stopped, and nothing secret in the answer."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 from django.test import Client
 
 from nexopoll.runtime import redis as rmod
-from tests.support.procs import RedisServer, wait_for
+from tests.support.procs import RedisServer, free_port, wait_for
 
 from .conftest import job
 
@@ -61,9 +60,7 @@ def test_healthy_with_beat_then_503_when_beat_stops(
 
 
 def test_503_with_redis_stopped(db, settings):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = RedisServer(port)
     server.start()
     settings.REDIS_URL = server.url

@@ -8,10 +8,8 @@ few seconds later loses no item (RELIABILITY row 60).
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import kombu
@@ -24,7 +22,7 @@ from tests.support.procs import ROOT, CeleryProc, wait_for
 from tests.support.rabbit import RabbitNode, rabbitmq_server
 from tests.support.sink import assert_no_loss_dup_safe
 
-from .conftest import job
+from .conftest import job, start_flower
 
 QUEUES = ("nexopoll", "nexopoll.deliveries")  # ticks; deliveries (settings: task_routes)
 
@@ -157,21 +155,11 @@ def test_the_outbox_sweeper_queues_pending_rows_over_rabbitmq(rstack):
 
 
 def test_flower_sees_task_events_over_rabbitmq(rstack):
-    from nexopoll.flower import FlowerSettings, flower_command
-
     rstack.write([job("a")])
     rstack.reload()
     worker = CeleryProc("worker", rstack.env(), "fw", extra=("-E",)).start()
     rstack.procs.append(worker)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    conf = FlowerSettings(basic_auth="ops:pw-1", port=port)
-    cmd, child_env = flower_command(conf, rstack.env(), [])
-    log = tempfile.TemporaryFile()
-    flower = subprocess.Popen(
-        cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    flower, port = start_flower(rstack.env(), "pw-1")
     try:
         rstack.beat()  # a tick a second: Flower sees them once its receiver is up
 

@@ -3,14 +3,11 @@ and their queues, RedBeat schedules, beat locks, histories and metrics do not mi
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
 from nexopoll.runtime import history, metricstore
-from tests.support.procs import ROOT, CeleryProc, stack_env, wait_for
+from tests.support.procs import CeleryProc, run_manage, stack_env, wait_for
 
 from .conftest import job
 
@@ -32,14 +29,7 @@ def other_deployment(stack, tmp_path, prefix: str) -> dict[str, str]:
         NEXOPOLL_REDIS_PREFIX=prefix,
     )
     for args in (("migrate", "--noinput", "-v", "0"), ("pollers", "reload")):
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_manage(env, *args)
         assert done.returncode == 0, done.stderr
     return env
 

@@ -3,27 +3,19 @@ a feed URL and a webhook URL held whole in ``${VAR}``s, both failing."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import yaml
 
 from nexopoll.models import Delivery, PollState
-from tests.support.procs import wait_for
+from tests.support.procs import free_port, wait_for
 from tests.support.secrets import assert_no_secret
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_worker_log_and_db_hold_no_secret_of_failing_urls(stack, monkeypatch):
-    feed = f"http://LOCALHOST:{closed_port()}/feeds/F33dT0ken-8c7b6a5d/items?key=Qu3ryK3y-1a2b"
-    hook = f"http://localhost:{closed_port()}/services/T0ZZ/B0YY/W3bh00kS3cret-4d5e6f"
+    feed = f"http://LOCALHOST:{free_port()}/feeds/F33dT0ken-8c7b6a5d/items?key=Qu3ryK3y-1a2b"
+    hook = f"http://localhost:{free_port()}/services/T0ZZ/B0YY/W3bh00kS3cret-4d5e6f"
     for name, value in {"FEED_URL": feed, "HOOK_URL": hook}.items():
         monkeypatch.setenv(name, value)
         stack.env_extra[name] = value

@@ -24,6 +24,15 @@ def state(job_id: str) -> PollState:
     return PollState.objects.get(job_id=job_id)
 
 
+def assert_a_fenced_and_b_delivered(stack, a) -> None:
+    """The zombie-tick ending (job ``z``, items 1-3): worker A, woken, finds its tick
+    fenced; B's commit stands and its deliveries arrive."""
+    wait_for(lambda: "tick.fenced" in a.text() or "lease.lost" in a.text(), 30, what="A fenced")
+    wait_for(lambda: len(stack.sink.item_ids("z")) >= 3, 30, what="B's deliveries")
+    assert sorted(stack.sink.item_ids("z")) == [1, 2, 3]
+    assert bytes(state("z").cursor) == b"3"
+
+
 def test_jobs_tick_on_schedule_and_paused_job_does_not(stack):
     stack.write([job("a"), job("p", paused_on_boot=True)])
     stack.reload()
@@ -155,10 +164,7 @@ def test_zombie_tick_cannot_commit_after_its_lease_was_taken_over(stack):
         assert epoch_b > epoch_a
     finally:
         a.signal_group(signal.SIGCONT)
-    wait_for(lambda: "tick.fenced" in a.text() or "lease.lost" in a.text(), 30, what="A fenced")
-    wait_for(lambda: len(stack.sink.item_ids("z")) >= 3, 30, what="B's deliveries")
-    assert sorted(stack.sink.item_ids("z")) == [1, 2, 3]
-    assert bytes(state("z").cursor) == b"3"
+    assert_a_fenced_and_b_delivered(stack, a)
     assert not Delivery.objects.filter(job_id="z", epoch=epoch_a).exists()
     assert b.proc.poll() is None
 

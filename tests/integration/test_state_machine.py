@@ -273,11 +273,9 @@ class Pipeline(RuleBasedStateMachine):
         most = (t1 - t0) * rate / 1000 + 1 + 1e-3
         assert 1 <= granted <= most, f"{granted} turns in {t1 - t0:.1f} ms at {rate}/s"
 
-    @precondition(lambda self: not PollState.objects.get(job_id=self.job).paused)
-    @rule()
-    def lease_expires_under_a_running_tick(self) -> None:
-        """Tick A waits at its barrier; its lease key goes (expiry); tick B takes over and
-        commits; A, released, must not commit."""
+    def _tick_a_held(self) -> tuple[threading.Thread, dict]:
+        """Tick A in a thread, stopped at its barrier in the poller until the rule deletes
+        ``test:hold:<job>``; returns A's thread and the dict its report lands in (``"a"``)."""
         r, job = self.redis, self.job
         r.delete(f"test:blocked:{job}")
         r.set(f"test:block_once:{job}", 1)
@@ -294,11 +292,27 @@ class Pipeline(RuleBasedStateMachine):
 
         a = threading.Thread(target=tick_a)
         a.start()
+        return a, result
+
+    def _at_barrier(self, a: threading.Thread) -> bool:
+        """Waits until tick A is at its barrier (True) or has ended without reaching it."""
+        job = self.job
+        wait_for(
+            lambda: self.redis.get(f"test:blocked:{job}") or not a.is_alive(),
+            20,
+            what="A at barrier",
+        )
+        return a.is_alive()
+
+    @precondition(lambda self: not PollState.objects.get(job_id=self.job).paused)
+    @rule()
+    def lease_expires_under_a_running_tick(self) -> None:
+        """Tick A waits at its barrier; its lease key goes (expiry); tick B takes over and
+        commits; A, released, must not commit."""
+        r, job = self.redis, self.job
+        a, result = self._tick_a_held()
         try:
-            wait_for(
-                lambda: r.get(f"test:blocked:{job}") or not a.is_alive(), 20, what="A at barrier"
-            )
-            if not a.is_alive():  # A did not reach the poller (breaker open): nothing to race
+            if not self._at_barrier(a):  # A did not reach the poller (breaker open): no race
                 return
             r.delete(lease_key(job))
             b = tick_job(job, now=self.now)
@@ -407,26 +421,9 @@ class Pipeline(RuleBasedStateMachine):
         ``failing``) while an operator writes the job's state: A must not commit, and
         the operator's write holds."""
         r, job = self.redis, self.job
-        r.delete(f"test:blocked:{job}")
-        r.set(f"test:block_once:{job}", 1)
-        r.set(f"test:hold:{job}", 1)
-        result = {}
-
-        def tick_a() -> None:
-            try:
-                result["a"] = tick_job(job, now=self.now)
-            finally:
-                from django.db import connection
-
-                connection.close()
-
-        a = threading.Thread(target=tick_a)
-        a.start()
+        a, result = self._tick_a_held()
         try:
-            wait_for(
-                lambda: r.get(f"test:blocked:{job}") or not a.is_alive(), 20, what="A at barrier"
-            )
-            if not a.is_alive():  # A did not reach the poller (breaker open): nothing to race
+            if not self._at_barrier(a):  # A did not reach the poller (breaker open): no race
                 return
             if failing:
                 r.set(f"test:mode:{job}", "transient")

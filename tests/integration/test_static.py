@@ -3,7 +3,6 @@ static files itself (WhiteNoise), after `collectstatic` as `make run` does it.""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,15 +11,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.procs import ROOT, wait_for
+from tests.support.procs import ROOT, answers_200, free_port, start_gunicorn, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {
         "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
         "NEXOPOLL_DATA_DIR": str(tmp_path),
@@ -39,26 +36,10 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
     assert (tmp_path / "static" / "admin" / "css" / "base.css").exists()
     assert (tmp_path / "static" / "admin_ext" / "nexopoll.css").exists()
     log = tempfile.TemporaryFile()
-    web = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "nexopoll.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    web = start_gunicorn(env, port, log)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _get(f"{base}/admin/login/"), 60, what="gunicorn up")
+        wait_for(lambda: answers_200(f"{base}/admin/login/"), 60, what="gunicorn up")
         login = requests.get(f"{base}/admin/login/", timeout=5)
         assert "/static/admin/css/base.css" in login.text
         css = requests.get(f"{base}/static/admin/css/base.css", timeout=5)
@@ -69,10 +50,3 @@ def test_gunicorn_serves_the_admin_css_with_debug_off(tmp_path):
     finally:
         web.terminate()
         web.wait(10)
-
-
-def _get(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False

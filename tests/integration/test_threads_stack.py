@@ -8,19 +8,16 @@ import signal
 
 import pytest
 
-from nexopoll.models import Delivery, PollState
+from nexopoll.models import Delivery
 from tests.support.procs import wait_for
 from tests.support.sink import assert_no_loss_dup_safe
 
 from .conftest import job
+from .test_stack import assert_a_fenced_and_b_delivered, state
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 THREADS = ("-P", "threads", "-c", "8")
-
-
-def state(job_id: str) -> PollState:
-    return PollState.objects.get(job_id=job_id)
 
 
 def test_ticks_of_many_jobs_wait_on_io_together_in_one_worker_process(stack):
@@ -101,7 +98,4 @@ def test_zombie_thread_tick_is_fenced_after_its_lease_was_taken_over(stack):
         wait_for(lambda: bytes(state("z").cursor or b"") == b"3", 40, what="B commits")
     finally:
         a.signal_group(signal.SIGCONT)
-    wait_for(lambda: "tick.fenced" in a.text() or "lease.lost" in a.text(), 30, what="A fenced")
-    wait_for(lambda: len(stack.sink.item_ids("z")) >= 3, 30, what="B's deliveries")
-    assert sorted(stack.sink.item_ids("z")) == [1, 2, 3]
-    assert bytes(state("z").cursor) == b"3"
+    assert_a_fenced_and_b_delivered(stack, a)

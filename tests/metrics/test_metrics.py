@@ -13,10 +13,11 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from nexopoll.models import Delivery, PollState
+from nexopoll.models import PollState
 from nexopoll.runtime import delivery, lease, metricstore
 from nexopoll.runtime.tick import tick_job
 from tests.runtime.conftest import Config, scripted
+from tests.support.outbox import outbox_row
 
 
 @pytest.fixture
@@ -124,17 +125,8 @@ def test_deliveries_by_channel_and_status_and_outbox_gauges(cfg, redis_client):
     report = tick_job("d", now=timezone.now())
     delivery.deliver_rows(report.delivery_ids, clock=timezone.now)
     now = timezone.now()
-    common = {
-        "job_id": "d",
-        "agent": "ana",
-        "epoch": 1,
-        "recipient": "x",
-        "payload": {},
-        "next_attempt_at": now,
-        "created_at": now,
-    }
-    Delivery.objects.create(channel="log", status="dead", **common)
-    Delivery.objects.create(channel="log", status="pending", **common)
+    outbox_row("d", at=now, recipient="x", status="dead")
+    outbox_row("d", at=now, recipient="x", status="pending")
     data = scrape()
     assert get(data, "poller_deliveries_total", channel="log", status="sent") == 2
     assert get(data, "poller_outbox_rows", status="dead") == 1

@@ -14,7 +14,6 @@ import ssl
 import subprocess
 import threading
 import time
-import tracemalloc
 import zlib
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -38,6 +37,7 @@ from tests.support.httpserver import (
     reply,
     stream_zeros,
 )
+from tests.support.memory import peak_memory
 
 MiB = 1024 * 1024
 
@@ -143,14 +143,10 @@ def test_tls_uses_the_host_name_for_sni_and_verification(tls_server) -> None:
 @pytest.mark.parametrize("content_length", [True, False])
 def test_50_mb_body_is_rejected_at_the_cap(srv, content_length: bool) -> None:
     srv.route("GET", "/big", stream_zeros(50 * MiB, content_length=content_length))
-    tracemalloc.start()
-    try:
+    with peak_memory() as peak:
         with pytest.raises(http.ResponseTooLargeError, match="too large"):
             http.fetch("GET", srv.url("/big"), **via(srv))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 2 * http.DEFAULT_MAX_BYTES
+    assert peak[0] < 2 * http.DEFAULT_MAX_BYTES
 
 
 def chunked(parts: list[bytes], repeat: int = 1):
@@ -186,15 +182,11 @@ def test_body_just_under_the_cap_is_accepted(srv) -> None:
 
 def test_gzip_bomb_is_rejected_by_the_decoded_byte_cap(srv) -> None:
     srv.route("GET", "/bomb", gzip_bomb(300 * MiB))
-    tracemalloc.start()
-    try:
+    with peak_memory() as peak:
         started = time.monotonic()
         with pytest.raises(http.ResponseTooLargeError, match="decoded"):
             http.fetch("GET", srv.url("/bomb"), **via(srv))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 2 * http.DEFAULT_MAX_BYTES
+    assert peak[0] < 2 * http.DEFAULT_MAX_BYTES
     assert time.monotonic() - started < 5
 
 

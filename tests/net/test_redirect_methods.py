@@ -12,21 +12,9 @@ import pytest
 
 from nexopoll.core.errors import PermanentError
 from nexopoll.net import http
-from tests.support.httpserver import TestHTTPServer, json_reply, redirect
+from tests.support.httpserver import json_reply, redirect
 
 BODY = b'{"token":"b0dy-s3cr3t"}'
-
-
-@pytest.fixture
-def a():
-    with TestHTTPServer() as server:
-        yield server
-
-
-@pytest.fixture
-def b():
-    with TestHTTPServer() as server:
-        yield server
 
 
 def send(method: str, url: str, **kwargs) -> http.Response:

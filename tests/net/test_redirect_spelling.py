@@ -23,18 +23,6 @@ from tests.support.httpserver import TestHTTPServer, json_reply, redirect
 SECRETS = {"Authorization": "Bearer t-s3cr3t", "X-Api-Key": "k-s3cr3t", "Accept": "text/plain"}
 
 
-@pytest.fixture
-def a():
-    with TestHTTPServer() as server:
-        yield server
-
-
-@pytest.fixture
-def b():
-    with TestHTTPServer() as server:
-        yield server
-
-
 def start(a: TestHTTPServer) -> str:
     return f"http://localhost:{a.port}/r"
 

@@ -25,7 +25,7 @@ from nexopoll.flower import FlowerSettings, flower_command
 from tests.integration.conftest import stack  # noqa: F401  (the fixture)
 
 # ruff: noqa: F811  (test functions take the imported ``stack`` fixture)
-from tests.support.procs import CeleryProc, wait_for
+from tests.support.procs import CeleryProc, free_port, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -88,7 +88,7 @@ def test_57_every_nexopoll_process_is_closed_to_a_same_uid_plugin(stack):
     worker = stack.worker(prefix=CAPLESS)
     beat = CeleryProc("beat", stack.env(), "beat", prefix=CAPLESS).start()
     stack.procs.append(beat)
-    port = _free_port()
+    port = free_port()
     cmd, flower_env = flower_command(FlowerSettings(basic_auth="ops:pw", port=port), env, [])
     flower = subprocess.Popen(
         [*CAPLESS, *cmd],
@@ -122,12 +122,6 @@ def test_57_every_nexopoll_process_is_closed_to_a_same_uid_plugin(stack):
         for p in (*others.values(), flower):
             p.kill()
             p.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listening(port: int) -> bool:

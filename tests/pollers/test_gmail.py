@@ -18,21 +18,10 @@ from pollers import _google
 from pollers.gmail import SEEN_CAPACITY, GmailPoller, decode_cursor, encode_cursor, remember
 from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
-from tests.support.google_server import FakeGoogle, gmail_message, text_part, write_credentials
+from tests.support.google_server import gmail_message, text_part, write_credentials
+from tests.support.procs import free_port
 
 DELIVER = {"channel": "log", "to": "ops"}
-
-
-@pytest.fixture
-def google(monkeypatch):
-    with FakeGoogle() as fake:
-        point_api(monkeypatch, "gmail", fake.url)
-        yield fake
-
-
-@pytest.fixture
-def binding(google, tmp_path):
-    return write_credentials(tmp_path, google)
 
 
 def run(config, binding, cursor=None, job_id="leads", host=None):
@@ -365,11 +354,8 @@ def test_message_deleted_between_list_and_get_is_skipped(google, binding):
 
 
 def test_unreachable_api_is_transient(monkeypatch, binding, google):
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     point_api(monkeypatch, "gmail", f"http://127.0.0.1:{port}")
     with pytest.raises(TransientError):
         run({}, binding)

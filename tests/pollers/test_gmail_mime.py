@@ -15,24 +15,11 @@ import pytest
 
 from pollers._mail import parse_from
 from pollers.gmail import GmailPoller
-from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
-from tests.support.google_server import FakeGoogle, gmail_from_raw, write_credentials
+from tests.support.google_server import gmail_from_raw
 
 DELIVER = {"channel": "log", "to": "ops"}
 ALLOW = ["@mycompany.com"]
-
-
-@pytest.fixture
-def google(monkeypatch):
-    with FakeGoogle() as fake:
-        point_api(monkeypatch, "gmail", fake.url)
-        yield fake
-
-
-@pytest.fixture
-def binding(google, tmp_path):
-    return write_credentials(tmp_path, google)
 
 
 def mail(sender: str, body: str = "hi", *, headers: str = "", content: str | None = None) -> bytes:

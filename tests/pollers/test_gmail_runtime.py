@@ -11,15 +11,7 @@ from nexopoll import services
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.tick import tick_job
 from tests.runtime.conftest import Config
-from tests.support.apibases import point_api
-from tests.support.google_server import FakeGoogle, gmail_message, write_credentials
-
-
-@pytest.fixture
-def google(monkeypatch):
-    with FakeGoogle() as fake:
-        point_api(monkeypatch, "gmail", fake.url)
-        yield fake
+from tests.support.google_server import gmail_message, write_credentials
 
 
 @pytest.fixture

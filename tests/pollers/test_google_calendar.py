@@ -15,21 +15,17 @@ from pollers.google_calendar import (
 )
 from tests.support.apibases import point_api
 from tests.support.fakes import FakeHost, make_context
-from tests.support.google_server import FakeGoogle, write_credentials
+from tests.support.google_server import FakeGoogle
 
 DELIVER = {"channel": "log", "to": "ops"}
 
 
 @pytest.fixture
 def google(monkeypatch):
+    """The fake with the Calendar API pointed at it (the conftest's points Gmail's)."""
     with FakeGoogle() as fake:
         point_api(monkeypatch, "gcal", fake.url + "/calendar/v3")
         yield fake
-
-
-@pytest.fixture
-def binding(google, tmp_path):
-    return write_credentials(tmp_path, google)
 
 
 def run(binding, cursor=None, **config):

@@ -380,13 +380,20 @@ def test_config_model_is_strict_and_frozen() -> None:
         cfg.max_per_tick = 9
 
 
-def test_a_truncated_response_neither_redelivers_nor_shrinks_the_ring(srv, poller) -> None:
+def thirty_entries_read(srv, poller):
+    """A 30-entry feed (no validators) read whole by one tick with ``seen_capacity`` 5:
+    the feed, its site, the config and the cursor after."""
     full = rss(*[(f"p{i}", f"t{i}") for i in range(30, 0, -1)])
     site = FeedSite(full, etag=False, last_modified=False)
     srv.route("GET", "/feed.xml", site)
     cfg = config(srv, max_per_tick=100, seen_capacity=5)
     per_tick, cursor = ticks(poller, cfg, 1)
     assert len(per_tick[0]) == 30
+    return full, site, cfg, cursor
+
+
+def test_a_truncated_response_neither_redelivers_nor_shrinks_the_ring(srv, poller) -> None:
+    full, site, cfg, cursor = thirty_entries_read(srv, poller)
     site.set(full[: full.index(b"<item><title>t27")])  # cut after three entries: not well-formed
     per_tick, cursor = ticks(poller, cfg, 1, cursor)
     assert per_tick == [[]] and len(RssCursor.decode(cursor).seen) == 30
@@ -396,12 +403,7 @@ def test_a_truncated_response_neither_redelivers_nor_shrinks_the_ring(srv, polle
 
 
 def test_a_feed_that_shrinks_for_a_while_is_not_forgotten(srv, poller) -> None:
-    full = rss(*[(f"p{i}", f"t{i}") for i in range(30, 0, -1)])
-    site = FeedSite(full, etag=False, last_modified=False)
-    srv.route("GET", "/feed.xml", site)
-    cfg = config(srv, max_per_tick=100, seen_capacity=5)
-    per_tick, cursor = ticks(poller, cfg, 1)
-    assert len(per_tick[0]) == 30
+    full, site, cfg, cursor = thirty_entries_read(srv, poller)
     site.set(rss(("p30", "t30"), ("p29", "t29")))  # the publisher trims it, then restores it
     per_tick, cursor = ticks(poller, cfg, 2, cursor)
     assert per_tick == [[], []] and len(RssCursor.decode(cursor).seen) == 30

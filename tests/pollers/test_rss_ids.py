@@ -35,12 +35,6 @@ def feed(*links: str) -> bytes:
     ).encode()
 
 
-@pytest.fixture
-def srv():
-    with TestHTTPServer() as server:
-        yield server
-
-
 def poller(srv: TestHTTPServer) -> RssPoller:
     resolver = FakeResolver({OLD: ["127.0.0.1"], NEW: ["127.0.0.1"]})
     fetch = functools.partial(http.fetch, resolver=resolver, allow_addresses=[srv.address])

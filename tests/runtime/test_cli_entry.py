@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 from nexopoll.cli import command_line
-from tests.support.procs import ROOT
+from tests.support.procs import run_in_root
 
 
 def test_pollers_verbs_and_the_pollers_prefix_run_the_pollers_command():
@@ -39,14 +38,7 @@ def test_the_console_script_migrates_and_creates_a_superuser(tmp_path):
     }
 
     def nexopoll(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "nexopoll.cli", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return run_in_root(env, "-m", "nexopoll.cli", *args)
 
     migrated = nexopoll("migrate", "--noinput", "-v", "0")
     assert migrated.returncode == 0, migrated.stderr

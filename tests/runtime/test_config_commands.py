@@ -8,14 +8,13 @@ and ``pollers reload`` report the problems with their file:line and exit non-zer
 from __future__ import annotations
 
 import subprocess
-import sys
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from nexopoll.models import PollJob, PollState
-from tests.support.procs import ROOT, stack_env
+from tests.support.procs import run_manage, stack_env
 
 from .conftest import scripted
 
@@ -89,14 +88,7 @@ def test_the_real_cli_works_with_a_broken_file(tmp_path, redis_server):
     env = stack_env(redis_server.url, f"sqlite:///{tmp_path / 'db.sqlite3'}", str(config))
 
     def manage(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return run_manage(env, *args)
 
     migrate = manage("migrate", "--noinput", "-v", "0")
     assert migrate.returncode == 0, migrate.stderr

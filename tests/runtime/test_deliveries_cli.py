@@ -18,6 +18,7 @@ from nexopoll.runtime.delivery import claim
 from nexopoll.runtime.tick import tick_job
 from tests.support.celeryqueue import queued_deliveries
 from tests.support.httpserver import TestHTTPServer, reply, sequence
+from tests.support.outbox import outbox_row
 from tests.support.procs import ROOT, stack_env
 
 from .conftest import scripted
@@ -51,16 +52,13 @@ def outbox(cfg, redis_client):
         sent, dead1, dead2 = tick_job("a", now=NOW).delivery_ids
         (pending,) = tick_job("b", now=NOW).delivery_ids
         held = str(
-            Delivery.objects.create(
-                job_id="a",
-                agent="ana",
-                epoch=1,
+            outbox_row(
+                "a",
+                at=NOW,
                 purpose="alert",
                 channel="pager",
                 recipient="#ops",
                 payload={"text": "x"},
-                next_attempt_at=NOW,
-                created_at=NOW,
             ).id
         )
         outcomes = send([sent, dead1, dead2, held], NOW)

@@ -9,6 +9,7 @@ from nexopoll.models import Delivery
 from nexopoll.runtime.delivery import deliver_rows, due_rows
 from nexopoll.runtime.tick import tick_job
 from tests.support.httpserver import TestHTTPServer, redirect, reply, sequence
+from tests.support.procs import free_port
 from tests.support.sink import Sink
 
 from .conftest import scripted
@@ -139,11 +140,8 @@ def test_secrets_in_the_receiver_url_never_reach_the_outbox_or_logs(
     cfg, redis_client, monkeypatch, caplog
 ):
     """A token in the webhook URL path must not leak through a failure's error text."""
-    import socket
 
-    with socket.socket() as s:  # a port nobody listens on: the error names the URL
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on: the error names the URL
     monkeypatch.setenv("HOOK_TOKEN", "tok-CANARY-123")
     agents = {
         "ana": {

@@ -18,6 +18,7 @@ from nexopoll import channels
 from nexopoll.core.errors import TransientError
 from nexopoll.models import Delivery
 from nexopoll.runtime.delivery import deliver_one, live_claim
+from tests.support.outbox import outbox_row
 from tests.support.procs import wait_for
 from tests.support.smtpserver import SMTPServer
 
@@ -110,16 +111,7 @@ def blocking(transactional_db):
 @pytest.mark.parametrize("first_ends", ["failed", "sent"])
 def test_a_send_that_lost_its_claim_writes_nothing_over_the_new_one(blocking, first_ends):
     now = timezone.now()
-    row = Delivery.objects.create(
-        job_id="j",
-        agent="ana",
-        epoch=1,
-        channel="blocking",
-        recipient="x",
-        payload={},
-        next_attempt_at=now,
-        created_at=now,
-    )
+    row = outbox_row("j", at=now, channel="blocking", recipient="x")
     row_id = str(row.id)
     blocking.results = [TransientError("boom") if first_ends == "failed" else None, None]
     first = Worker(row_id, now)

@@ -24,6 +24,7 @@ from nexopoll.runtime.delivery import HOLD_RETRY, dead_letter_exhausted, due_row
 from nexopoll.runtime.tick import tick_job
 from tests.support.celeryqueue import queued_deliveries
 from tests.support.httpserver import TestHTTPServer, reply
+from tests.support.outbox import outbox_row
 
 from .conftest import scripted
 from .test_delivery import NOW, send
@@ -106,16 +107,13 @@ def unknown_channel(cfg, redis_client, url, monkeypatch) -> str:
     only spell-checked, or a plugin uninstalled since the row was committed)."""
     cfg.write([webhook_job()], agents=hook_agent(url))
     cfg.reload()
-    row = Delivery.objects.create(
-        job_id="a",
-        agent="ana",
-        epoch=1,
+    row = outbox_row(
+        "a",
+        at=NOW,
         purpose="alert",
         channel="pager",
         recipient="#ops",
         payload={"text": "poller a failing"},
-        next_attempt_at=NOW,
-        created_at=NOW,
     )
     return str(row.id)
 

@@ -4,15 +4,12 @@ wait is kept for its admin page."""
 
 from __future__ import annotations
 
-import threading
 import time
-
-from django.db import connection
 
 from nexopoll.runtime import hostwait, politeness
 from nexopoll.runtime.tick import tick_job
 from tests.metrics.test_metrics import get, scrape
-from tests.runtime.test_politeness import NOW, Busy, job
+from tests.runtime.test_politeness import NOW, Busy, each_in_a_thread, job
 from tests.support.httpserver import TestHTTPServer
 
 HOST = "127.0.0.1"
@@ -25,20 +22,7 @@ def scheduled(job_id: str) -> str:
 
 
 def tick_all(ids: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-
-    def one(job_id: str) -> None:
-        try:
-            out[job_id] = scheduled(job_id)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=one, args=(j,)) for j in ids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return out
+    return each_in_a_thread(ids, scheduled)
 
 
 def test_ticks_that_wait_for_a_host_turn_are_counted_by_host_and_noted_per_job(cfg, redis_client):

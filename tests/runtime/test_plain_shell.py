@@ -4,12 +4,10 @@ warning's hint, followed to the letter, works."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.procs import ROOT, stack_env
+from tests.support.procs import run_in_root, run_manage, stack_env
 
 
 def _plain_env(tmp_path, redis_url: str, config: str | None = None) -> dict[str, str]:
@@ -21,29 +19,18 @@ def _plain_env(tmp_path, redis_url: str, config: str | None = None) -> dict[str,
     return env
 
 
-def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_check_and_createsuperuser_print_no_warning_without_make(tmp_path, redis_server):
     env = _plain_env(tmp_path, redis_server.url)
-    check = _manage(env, "check")
+    check = run_manage(env, "check")
     assert check.returncode == 0, check.stderr
     assert "W001" not in check.stderr + check.stdout and "NEXOPOLL_DEMO_BASE" not in check.stderr
-    helped = _manage(env, "createsuperuser", "--help")
+    helped = run_manage(env, "createsuperuser", "--help")
     assert helped.returncode == 0 and "W00" not in helped.stderr + helped.stdout
     # and the demo jobs load with the default base: `pollers reload` applies them
-    assert _manage(env, "migrate", "--noinput", "-v", "0").returncode == 0
-    reload = _manage(env, "pollers", "reload")
+    assert run_manage(env, "migrate", "--noinput", "-v", "0").returncode == 0
+    reload = run_manage(env, "pollers", "reload")
     assert reload.returncode == 0, reload.stderr
-    assert "demo_items" in _manage(env, "pollers", "list").stdout
+    assert "demo_items" in run_manage(env, "pollers", "list").stdout
 
 
 def test_the_default_base_follows_port(tmp_path, redis_server):
@@ -52,7 +39,7 @@ def test_the_default_base_follows_port(tmp_path, redis_server):
         "from nexopoll.runtime.secretenv import secret_env; "
         "print(secret_env()['NEXOPOLL_DEMO_BASE'])"
     )
-    shown = _manage(env, "shell", "-c", code)
+    shown = run_manage(env, "shell", "-c", code)
     assert shown.stdout.strip().splitlines()[-1] == "http://127.0.0.1:8123", shown.stderr
 
 
@@ -65,8 +52,8 @@ def test_following_the_hint_of_an_unset_variable_succeeds(tmp_path, redis_server
         "agents:\n  ana:\n    log: {}\n"
     )
     env = _plain_env(tmp_path, redis_server.url, str(config))
-    assert _manage(env, "migrate", "--noinput", "-v", "0").returncode == 0
-    check = _manage(env, "check")
+    assert run_manage(env, "migrate", "--noinput", "-v", "0").returncode == 0
+    check = run_manage(env, "check")
     assert "nexopoll.W001" in check.stderr and "FEED_BASE is not set" in check.stderr
     hint = next(line for line in check.stderr.splitlines() if "HINT:" in line)
     assert "export FEED_BASE=" in hint and "python manage.py pollers reload" in hint
@@ -74,14 +61,7 @@ def test_following_the_hint_of_an_unset_variable_succeeds(tmp_path, redis_server
     env["FEED_BASE"] = "https://feeds.example.com"
     command = hint.split("then run `")[1].split("`")[0]
     assert shlex.split(command)[:2] == ["python", "manage.py"]
-    done = subprocess.run(
-        [sys.executable, *shlex.split(command)[1:]],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_in_root(env, *shlex.split(command)[1:])
     assert done.returncode == 0, done.stderr
     assert "W001" not in done.stderr
 
@@ -89,5 +69,5 @@ def test_following_the_hint_of_an_unset_variable_succeeds(tmp_path, redis_server
 @pytest.mark.parametrize("args", [("pollers", "check"), ("check",)])
 def test_no_warning_once_the_variable_is_set(tmp_path, redis_server, args):
     env = _plain_env(tmp_path, redis_server.url)
-    done = _manage(env, *args)
+    done = run_manage(env, *args)
     assert "W001" not in done.stderr and "is not set" not in done.stderr + done.stdout

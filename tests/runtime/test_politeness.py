@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -58,13 +59,13 @@ def job(job_id: str, url: str, **extra) -> dict:
     }
 
 
-def tick_all(ids: list[str]) -> dict[str, str]:
-    """Tick every job at once, each in its own thread (as a threads worker does)."""
+def each_in_a_thread(ids: list[str], tick: Callable[[str], str]) -> dict[str, str]:
+    """``tick`` every job at once, each in its own thread (as a threads worker does)."""
     out: dict[str, str] = {}
 
     def one(job_id: str) -> None:
         try:
-            out[job_id] = tick_job(job_id, now=NOW).status
+            out[job_id] = tick(job_id)
         finally:
             connection.close()
 
@@ -74,6 +75,10 @@ def tick_all(ids: list[str]) -> dict[str, str]:
     for t in threads:
         t.join(60)
     return out
+
+
+def tick_all(ids: list[str]) -> dict[str, str]:
+    return each_in_a_thread(ids, lambda job_id: tick_job(job_id, now=NOW).status)
 
 
 def test_a_jobs_host_limits_cap_requests_in_flight_and_waiting_is_not_an_error(cfg):

@@ -5,7 +5,6 @@ Celery's own tracebacks)."""
 from __future__ import annotations
 
 import logging
-import socket
 from datetime import UTC, datetime
 from io import StringIO
 
@@ -16,6 +15,8 @@ from nexopoll.models import Delivery, PollState
 from nexopoll.runtime import logredact
 from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.tick import tick_job
+from tests.support.jobs import webhook_poll_job
+from tests.support.procs import free_port
 from tests.support.secrets import assert_no_secret
 
 from .conftest import scripted
@@ -24,29 +25,8 @@ NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 ALERT = {"channel": "log", "to": "oncall"}
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def feed_job(job_id: str = "w", **extra) -> dict:
-    spec = {
-        "id": job_id,
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": "${FEED_URL}",
-            "items_path": "items",
-            "message_template": "{title}",
-            "deliver": {"channel": "log", "to": "ops"},
-            "allow_private_networks": True,
-        },
-        "failure_to": ALERT,
-    }
-    spec["config"].update(extra)
-    return spec
+    return webhook_poll_job(job_id, "${FEED_URL}", failure_to=ALERT, **extra)
 
 
 def everything_stored() -> str:
@@ -67,7 +47,7 @@ def everything_stored() -> str:
     ],
 )
 def test_a_failing_feed_url_leaks_no_secret_to_state_alert_or_logs(cfg, monkeypatch, caplog, url):
-    secret = url.format(port=closed_port())
+    secret = url.format(port=free_port())
     monkeypatch.setenv("FEED_URL", secret)
     cfg.write([feed_job()], breaker_threshold=1)
     cfg.reload()
@@ -94,7 +74,7 @@ def test_a_failing_feed_url_leaks_no_secret_to_state_alert_or_logs(cfg, monkeypa
 
 
 def test_a_blocked_feed_url_pauses_with_a_reason_that_names_no_secret(cfg, monkeypatch, caplog):
-    secret = f"http://127.0.0.1:{closed_port()}/v2/Pr1vateT0ken-abcdef/items"
+    secret = f"http://127.0.0.1:{free_port()}/v2/Pr1vateT0ken-abcdef/items"
     monkeypatch.setenv("FEED_URL", secret)
     cfg.write([feed_job(allow_private_networks=False)])
     cfg.reload()
@@ -142,7 +122,7 @@ def test_delivery_errors_for_a_webhook_url_binding_are_redacted(
 ):
     """runtime/delivery.py passes the binding's secrets to redact(): the stronger redact()
     masks the shortened URL that the HTTP layer puts in the error."""
-    secret = f"http://LOCALHOST:{closed_port()}/services/T0X1/B0Y2/Sl4ckT0kenZZ99?x=1"
+    secret = f"http://LOCALHOST:{free_port()}/services/T0X1/B0Y2/Sl4ckT0kenZZ99?x=1"
     monkeypatch.setenv("HOOK_URL", secret)
     agents = {"ana": {"webhook": {"url": "${HOOK_URL}", "allow_private_networks": True}}}
     job = scripted("a", config={"deliver": {"channel": "webhook", "to": "ops"}})

@@ -227,18 +227,13 @@ def test_a_tick_whose_lease_extension_fails_does_not_commit(cfg, redis_client, h
         assert redis_client.get(lease.lease_key("a")) == "another-worker:token"
 
 
-def test_a_zombie_that_gives_up_does_not_fence_its_successor(cfg, redis_client):
-    """A's lease expires mid-poll; B takes it over and reads the same version of the row;
-    A then finds its lease lost and rightly commits nothing. Its ending must not move the
-    epoch either, or B (which did everything right) is fenced too and nobody commits."""
-    cfg.write([scripted("a")])
-    cfg.reload()
-    redis_client.rpush("test:src:a", 1, 2)
-    # A polls until its deadline (0.8 x 2 s), past TTL / 2: it must extend before committing
-    zombie = BlockedTick(redis_client, "a", now=NOW, lease_ttl_ms=2000)
-    redis_client.delete(lease.lease_key("a"))  # A's lease expired (or Redis lost it)
+def successor_at_the_barrier(redis_client) -> tuple[threading.Thread, dict]:
+    """Job a's lease is gone (expired, or Redis lost it) while tick A still polls: tick B,
+    a second later, takes it over and stops in its poller too, after reading the row.
+    Returns B's thread and the dict its report lands in (``"r"``)."""
+    redis_client.delete(lease.lease_key("a"))
     redis_client.delete("test:blocked:a")
-    redis_client.set("test:block:a", "1")  # B stops in its poller too, after reading the row
+    redis_client.set("test:block:a", "1")
     result = {}
 
     def successor() -> None:
@@ -250,6 +245,19 @@ def test_a_zombie_that_gives_up_does_not_fence_its_successor(cfg, redis_client):
     b = threading.Thread(target=successor)
     b.start()
     wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="B at the barrier")
+    return b, result
+
+
+def test_a_zombie_that_gives_up_does_not_fence_its_successor(cfg, redis_client):
+    """A's lease expires mid-poll; B takes it over and reads the same version of the row;
+    A then finds its lease lost and rightly commits nothing. Its ending must not move the
+    epoch either, or B (which did everything right) is fenced too and nobody commits."""
+    cfg.write([scripted("a")])
+    cfg.reload()
+    redis_client.rpush("test:src:a", 1, 2)
+    # A polls until its deadline (0.8 x 2 s), past TTL / 2: it must extend before committing
+    zombie = BlockedTick(redis_client, "a", now=NOW, lease_ttl_ms=2000)
+    b, result = successor_at_the_barrier(redis_client)
     gave_up = zombie.release(unhold=False)  # A: lease lost, nothing committed
     assert gave_up.status == "fenced" and gave_up.reason == "lease lost before commit"
     assert st("a").epoch == 0  # A's ending wrote nothing
@@ -272,20 +280,7 @@ def test_a_zombie_whose_commit_failed_records_nothing_over_its_successor(cfg, re
     cfg.reload()
     redis_client.rpush("test:src:a", 1, 2)
     zombie = BlockedTick(redis_client, "a", now=NOW, lock_wait_ms=300)
-    redis_client.delete(lease.lease_key("a"))
-    redis_client.delete("test:blocked:a")
-    redis_client.set("test:block:a", "1")
-    result = {}
-
-    def successor() -> None:
-        try:
-            result["r"] = tick_job("a", now=NOW + timedelta(seconds=1))
-        finally:
-            connection.close()
-
-    b = threading.Thread(target=successor)
-    b.start()
-    wait_for(lambda: redis_client.get("test:blocked:a"), 10, what="B at the barrier")
+    b, result = successor_at_the_barrier(redis_client)
     with table_locked("poll_outbox"):
         failed = zombie.release()
     assert failed.status == "transient" and failed.db_error and not failed.committed

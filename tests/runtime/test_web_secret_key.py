@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, run_in_root, run_manage
 
 LOAD_WSGI = "import nexopoll.wsgi; print('web ok')"
 
@@ -22,9 +21,7 @@ def run_python(code: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
         NEXOPOLL_DATA_DIR=str(tmp_path),
         **env,
     )
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60
-    )
+    return run_in_root(base, "-c", code, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -57,14 +54,8 @@ def test_web_starts_with_a_key_from_env_or_file_or_in_debug(tmp_path):
 
 
 def test_cli_runs_without_a_key(tmp_path):
-    res = subprocess.run(
-        [sys.executable, "manage.py", "pollers", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
-        | {"NEXOPOLL_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "nexopoll.settings"},
-    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
+    env |= {"NEXOPOLL_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "nexopoll.settings"}
+    res = run_manage(env, "pollers", "--help", timeout=60)
     assert res.returncode == 0, res.stderr
     assert "run" in res.stdout and "resume" in res.stdout

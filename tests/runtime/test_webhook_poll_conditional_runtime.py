@@ -10,6 +10,7 @@ from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.tick import tick_job
 from tests.pollers.rss_fixtures import FeedSite
 from tests.support.httpserver import TestHTTPServer
+from tests.support.jobs import webhook_poll_job
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 
@@ -19,23 +20,7 @@ def test_a_304_tick_writes_no_outbox_row_and_keeps_the_cursor(cfg):
     site = FeedSite(body.encode(), content_type="application/json")
     with TestHTTPServer() as api:
         api.route("GET", "/items", site)
-        cfg.write(
-            [
-                {
-                    "id": "w",
-                    "kind": "webhook_poll",
-                    "agent": "ana",
-                    "schedule": {"every_secs": 60},
-                    "config": {
-                        "url": api.url("/items"),
-                        "items_path": "items",
-                        "message_template": "{title}",
-                        "allow_private_networks": True,
-                        "deliver": {"channel": "log", "to": "ops"},
-                    },
-                }
-            ]
-        )
+        cfg.write([webhook_poll_job("w", api.url("/items"))])
         cfg.reload()
         assert tick_job("w", now=NOW).items_dispatched == 2
         cursor = bytes(PollState.objects.get(job_id="w").cursor)

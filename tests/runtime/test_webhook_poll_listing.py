@@ -19,27 +19,15 @@ from datetime import UTC, datetime
 from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.tick import tick_job
 from tests.support.httpserver import TestHTTPServer, json_reply
+from tests.support.jobs import webhook_poll_job
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
 MAX_LISTING = 10_000  # the number: a listing up to this size is delivered completely
 
 
 def poll_job(url: str, **config) -> dict:
-    return {
-        "id": "w",
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": url,
-            "items_path": "items",
-            "message_template": "item {id}",
-            "deliver": {"channel": "log", "to": "ops"},
-            "allow_private_networks": True,
-            **config,
-        },
-        "failure_to": {"channel": "log", "to": "oncall"},
-    }
+    oncall = {"channel": "log", "to": "oncall"}
+    return webhook_poll_job("w", url, template="item {id}", failure_to=oncall, **config)
 
 
 class Listing:

@@ -14,9 +14,12 @@ from nexopoll.models import Delivery, PollState
 from nexopoll.runtime.delivery import deliver_rows
 from nexopoll.runtime.tick import tick_job
 from tests.support.httpserver import TestHTTPServer, json_reply, redirect, sequence
+from tests.support.jobs import webhook_poll_job
+from tests.support.procs import free_port
 from tests.support.sink import Sink
 
 NOW = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+ONCALL = {"channel": "log", "to": "oncall"}
 
 
 @pytest.fixture
@@ -37,21 +40,7 @@ def send(ids: list[str], at: datetime) -> dict[str, str]:
 
 
 def poll_job(url: str, **config) -> dict:
-    return {
-        "id": "w",
-        "kind": "webhook_poll",
-        "agent": "ana",
-        "schedule": {"every_secs": 60},
-        "config": {
-            "url": url,
-            "items_path": "items",
-            "message_template": "{title}",
-            "deliver": {"channel": "webhook", "to": "ops"},
-            "allow_private_networks": True,
-            **config,
-        },
-        "failure_to": {"channel": "log", "to": "oncall"},
-    }
+    return webhook_poll_job("w", url, channel="webhook", failure_to=ONCALL, **config)
 
 
 def test_items_are_delivered_once_across_ticks_with_signed_webhooks(cfg, monkeypatch):
@@ -129,11 +118,8 @@ def test_private_address_refused_without_opt_in(cfg):
 
 
 def test_a_secret_in_the_polled_url_is_masked_in_state_and_alerts(cfg, monkeypatch):
-    import socket
 
-    with socket.socket() as s:  # nobody listens: the connection error names the URL
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens: the connection error names the URL
     monkeypatch.setenv("BOT_TOKEN", "12345:CANARYsecret")
     cfg.write(
         [poll_job(f"http://127.0.0.1:{port}/bot${{BOT_TOKEN}}/getUpdates")], breaker_threshold=1

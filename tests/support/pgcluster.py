@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from .procs import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -23,9 +24,7 @@ class PrivateCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="nexopoll-pg-", dir="/tmp"))
         shutil.chown(self.dir, "postgres")
         self.data = self.dir / "data"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/nexopoll"
 
     def _pg(self, tool: str, *args: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +36,15 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
         time.sleep(interval)
+
+
+def answers_200(url: str, headers: dict | None = None) -> bool:
+    """Whether ``url`` answers a GET with 200 now (a refused connection is a no): for
+    ``wait_for`` while a web process starts."""
+    try:
+        return requests.get(url, headers=headers, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def fault_scale() -> float:
@@ -240,6 +250,45 @@ class CeleryProc:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def run_in_root(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python *args`` in the repository root under ``env``; its output kept, as text."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def run_manage(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python manage.py *args``, as :func:`run_in_root` runs it."""
+    return run_in_root(env, "manage.py", *args, timeout=timeout)
+
+
+def start_gunicorn(env: dict[str, str], port: int, out: Any, *options: str) -> subprocess.Popen:
+    """``gunicorn nexopoll.wsgi`` with one worker on 127.0.0.1:``port`` and ``options``,
+    from the repository root in its own session, its output (stderr too) to ``out``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "nexopoll.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            *options,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def stack_env(redis_url: str, database_url: str, config_path: str, **extra: str) -> dict[str, str]:

@@ -12,7 +12,6 @@ server, every step well inside a per-command timeout).
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from email import message_from_bytes
 from email.message import Message
@@ -20,11 +19,9 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
+from .procs import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["SMTPServer", "free_port"]
 
 
 class _Handler:

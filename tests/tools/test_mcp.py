@@ -18,6 +18,8 @@ from tests.integration.conftest import database_url
 from tests.runtime.conftest import Config, scripted
 from tests.support.procs import stack_env
 
+from .test_tools import BUILTIN
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,14 +77,7 @@ def test_list_and_call_tools_over_mcp(jobs):
 
     (tools, listed, paused, other, extra, reset), _ = session_run(jobs, script)
     names = [t.name for t in tools.tools]
-    assert names[:6] == [
-        "pollers_list",
-        "pollers_show",
-        "pollers_run",
-        "pollers_pause",
-        "pollers_resume",
-        "pollers_reset",
-    ]
+    assert names[:6] == BUILTIN
     assert "scripted_peek" in names
     assert tools.tools[1].input_schema["required"] == ["id"]
     assert [j["id"] for j in payload(listed)["result"]["jobs"]] == ["ana-1", "ana-2"]

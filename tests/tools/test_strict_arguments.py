@@ -13,16 +13,11 @@ from nexopoll.llm_tools import call_tool, tool_specs
 from nexopoll.models import PollState
 from tests.support.testpollers import ScriptedPoller
 
-from .test_tools import jobs, refused  # noqa: F401  (the fixture)
+from .test_tools import BUILTIN, jobs, refused  # noqa: F401  (the fixture)
 
 ID_FIELDS = {"id": "ana-1", "job_id": "ana-1"}
 TOOLS = [
-    "pollers_list",
-    "pollers_show",
-    "pollers_run",
-    "pollers_pause",
-    "pollers_resume",
-    "pollers_reset",
+    *BUILTIN,
     "gmail_count_unread",
     "scripted_peek",
     "scripted_sample",
