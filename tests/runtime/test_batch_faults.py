@@ -47,6 +47,18 @@ def setup(cfg, redis_client, ids: list[str], **globals_) -> None:
         redis_client.rpush(f"test:src:{job_id}", 1, 2)
 
 
+# Each promise test runs on a quick batch (its jobs polled one after another on the
+# batch's thread until one stalls) and on an I/O batch (jobs whose last tick waited on the
+# network, as beat batches them: all polled side by side on the poll threads at once,
+# their commits pumped by the batch's thread).
+KINDS = pytest.mark.parametrize("io", [False, True], ids=["quick", "io"])
+
+
+def as_kind(ids: list[str], io: bool) -> None:
+    if io:
+        PollState.objects.filter(job_id__in=ids).update(last_latency_ms=1000)
+
+
 def queued(redis_client) -> set[str]:
     """Outbox row ids handed to the queue (``nexopoll.deliver`` messages)."""
     return {
@@ -101,12 +113,14 @@ def no_lease_or_marker(redis_client, job_id: str) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
+@KINDS
 def test_mates_of_a_stalled_tick_commit_at_once_and_its_stale_write_fences_no_successor(
-    cfg, redis_client
+    cfg, redis_client, io
 ):
     ids = ["j00", "j01", "j02", "j03"]
     mates = ["j00", "j02", "j03"]
     setup(cfg, redis_client, ids)
+    as_kind(ids, io)
     hang(redis_client, "j01")
     batch = Batch(ids, ttl_ms=1500)
     # while j01 hangs, its mates commit, hand their rows to the queue, release their leases
@@ -139,11 +153,13 @@ def test_mates_of_a_stalled_tick_commit_at_once_and_its_stale_write_fences_no_su
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_tick_whose_lease_is_older_than_its_ttl_never_commits(cfg, redis_client):
+@KINDS
+def test_a_tick_whose_lease_is_older_than_its_ttl_never_commits(cfg, redis_client, io):
     """Even when Redis still shows its token (its clock lags, say): the lease's age on
     the worker's clock decides, counted from when it was taken."""
     ids = ["j00", "j01"]
     setup(cfg, redis_client, ids)
+    as_kind(ids, io)
     hang(redis_client, "j01")
     batch = Batch(ids, ttl_ms=1000)
     wait_for(lambda: redis_client.get("test:blocked:j01"), 10, what="j01 hangs")
@@ -219,9 +235,11 @@ def test_row_52_mates_of_a_45s_stall_are_delivered_within_15s(cfg, redis_client)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_slow_after_commit_hook_does_not_hold_back_the_mates_deliveries(cfg, redis_client):
+@KINDS
+def test_a_slow_after_commit_hook_does_not_hold_back_the_mates_deliveries(cfg, redis_client, io):
     ids = ["j00", "j01", "j02"]
     setup(cfg, redis_client, ids)
+    as_kind(ids, io)
     redis_client.set("test:hook_hold:j00", "1")  # j00's after-commit hook hangs
     batch = Batch(ids, ttl_ms=30_000)
     wait_for(lambda: len(queued(redis_client)) == 6, 10, what="every row queued")
