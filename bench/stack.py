@@ -109,20 +109,22 @@ def postgres_cpu() -> float:
     live backends and the backends it has reaped (every database on it counts)."""
     for proc in psutil.process_iter(["name", "ppid"]):
         try:
-            if proc.info["name"] != "postgres" or psutil.Process(proc.info["ppid"]).name() == (
-                "postgres"
-            ):
+            if proc.info["name"] != "postgres":
                 continue
+            if psutil.Process(proc.info["ppid"]).name() == "postgres":
+                continue  # a backend: the postmaster counts it
             t = proc.cpu_times()
-            return (
-                t.user
-                + t.system
-                + t.children_user
-                + t.children_system
-                + sum(c.cpu_times().user + c.cpu_times().system for c in proc.children())
-            )
+            children = proc.children()
         except psutil.Error:
             continue
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in children:
+            try:  # a backend that ended meanwhile is in children_* by the next reading
+                c = child.cpu_times()
+            except psutil.Error:
+                continue
+            total += c.user + c.system
+        return total
     return 0.0
 
 

@@ -50,5 +50,6 @@ def heartbeat_key() -> str:
 
 def slow_key() -> str:
     """Set of jobs whose last tick waited longer than ``NEXOPOLL_BATCH_SLOW_MS`` (on the
-    network, mostly): beat keeps them out of batches, each tick keeps it current."""
+    network, mostly): beat batches them apart from the quick ones, each tick keeps it
+    current."""
     return key_prefix() + "nexopoll:slow"

@@ -290,3 +290,30 @@ def test_an_io_batch_commits_on_its_own_thread_and_its_poll_threads_open_no_conn
     assert all(r.committed for r in reports) and all(st(i).ticks_total == 2 for i in ids)
     assert int(redis_client.get("test:inflight_max")) >= 4  # side by side
     assert [name for name in opened if name.startswith("nexopoll-poll")] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_io_batch_finding_the_poll_threads_full_hands_the_rest_back_to_the_queue(
+    cfg, redis_client, settings
+):
+    """A process admits NEXOPOLL_BATCH_THREADS side-by-side polls: the jobs of an I/O
+    batch beyond that go back to the queue as single ticks, their leases released, so a
+    backlog waits in the broker (where expired ticks are dropped), not in the worker."""
+    settings.NEXOPOLL_BATCH_SLOW_MS, settings.NEXOPOLL_BATCH_THREADS = 50, 4
+    ids = jobs(10)
+    setup(cfg, redis_client, ids)
+    PollState.objects.filter(job_id__in=ids).update(last_latency_ms=200)
+    for job_id in ids:
+        redis_client.set(f"test:sleep_ms:{job_id}", 50)
+    reports = run_batch([(i, TTL) for i in ids], clock=clock)
+    assert sorted(r.job_id for r in reports) == ids[:4] and all(r.committed for r in reports)
+    assert sorted(args[0] for _task, args in singles(redis_client)) == ids[4:]
+    for job_id in ids[4:]:
+        assert st(job_id).ticks_total == 0
+        assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
+    assert int(redis_client.get("test:inflight_max")) <= 4
+    # the room comes back as the polls end: the next batch polls all it can again
+    redis_client.delete("nexopoll")
+    again = run_batch([(i, TTL) for i in ids[4:8]], clock=clock)
+    assert sorted(r.job_id for r in again) == ids[4:8] and all(r.committed for r in again)
+    assert singles(redis_client) == []

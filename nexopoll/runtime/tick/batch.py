@@ -59,7 +59,8 @@ log = logging.getLogger("nexopoll.tick")
 
 class _Work:
     """The batch's jobs not started yet. The batch's thread takes them one by one; once
-    one stalls, the watchdog hands all the others to the shared poll threads at once."""
+    one stalls, the watchdog hands all the others to the shared poll threads at once,
+    then commits what finishes (the batch's thread is held by the stalled tick)."""
 
     def __init__(
         self,
@@ -83,18 +84,27 @@ class _Work:
             return self._left.popleft()
 
     def side_by_side(self, job_ids: list[str] | None = None) -> int:
-        """Run ``job_ids`` (default: every job not started yet) on the poll threads."""
+        """Run ``job_ids`` (already reserved, see ``_reserve``; default: every job not
+        started yet) on the poll threads."""
         with self._lock:
+            reserved = job_ids is not None
             if job_ids is None:
                 job_ids = list(self._left)
                 self._left.clear()
-            for job_id in job_ids:
-                self.futures.append(_pool().submit(self._run, job_id))
+            for n, job_id in enumerate(job_ids):
+                try:
+                    self.futures.append(_submit(self._run, job_id, reserved=reserved))
+                except BaseException:
+                    if reserved:  # the ones not submitted give their room back
+                        _release(len(job_ids) - n - 1)
+                    raise
             return len(job_ids)
 
     def watch(self) -> None:
         """Once a tick has run longer than ``NEXOPOLL_BATCH_SLOW_MS`` (a poller waiting on
-        the network) or the batch longer than its budget, stop taking jobs one by one."""
+        the network) or the batch longer than its budget, stop taking jobs one by one:
+        the rest poll side by side, and this thread commits what finishes until the
+        batch's thread is free again."""
         slow = settings.NEXOPOLL_BATCH_SLOW_MS / 1000
         budget = settings.NEXOPOLL_BATCH_BUDGET_SECS
         while not self.done.wait(slow / 2):
@@ -111,6 +121,45 @@ class _Work:
 
 _executor: tuple[int, ThreadPoolExecutor] | None = None
 _executor_lock = threading.Lock()
+_polling = 0  # jobs handed to this process's poll threads and not finished yet
+
+
+def _submit(run: Callable[[str], None], job_id: str, *, reserved: bool = False) -> Future:
+    """Run ``run(job_id)`` on the poll threads, counted in ``_polling`` until it ends
+    (``reserved``: already counted by ``_reserve``)."""
+    global _polling
+
+    def counted() -> None:
+        try:
+            run(job_id)
+        finally:
+            _release(1)
+
+    pool = _pool()
+    if not reserved:
+        with _executor_lock:
+            _polling += 1
+    try:
+        return pool.submit(counted)
+    except BaseException:
+        _release(1)
+        raise
+
+
+def _release(n: int) -> None:
+    global _polling
+    with _executor_lock:
+        _polling -= n
+
+
+def _reserve(n: int) -> int:
+    """Count up to ``n`` jobs in for the poll threads, as many as they have room for now
+    (``NEXOPOLL_BATCH_THREADS`` at most in flight); return how many."""
+    global _polling
+    with _executor_lock:
+        granted = min(n, max(0, settings.NEXOPOLL_BATCH_THREADS - _polling))
+        _polling += granted
+        return granted
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -162,22 +211,34 @@ def run_batch(
             if not inline:
                 connections.close_all()  # a poll thread's DB access (a cache miss, a trial)
 
-    # a job whose last tick waited on the network polls on the poll threads at once
+    # a job whose last tick waited on the network polls on the poll threads at once, as
+    # long as they have room: the others go back to the queue as single ticks, where
+    # the broker keeps the backlog (and drops what expires), not this process
     order = [job_id for job_id, _ in items if job_id in held and loaded]
     slow = settings.NEXOPOLL_BATCH_SLOW_MS
     waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
+    room = _reserve(len(waits))
+    if len(waits) > room:
+        log.info("tick.batch_poll_threads_full handed_back=%s", len(waits) - room)
+        _hand_back(client, [held.pop(job_id) for job_id in waits[room:]], ttls, requeue)
+        order = [job_id for job_id in order if job_id in held]
+        waits = waits[:room]
     work = _Work([j for j in order if j not in set(waits)], run_one, waves.pump)
-    work.side_by_side(waits)
     watchdog = threading.Thread(target=work.watch, daemon=True)
-    watchdog.start()
     try:
         try:
+            work.side_by_side(waits)
+            watchdog.start()
             while (job_id := work.next()) is not None:
                 run_one(job_id, inline=True)
         finally:
             work.done.set()
-            watchdog.join()  # a watchdog pumping commits stops: this thread takes over
+            waves.poke()  # a watchdog pumping commits stops at once: this thread takes over
+            if watchdog.is_alive():
+                watchdog.join()
         # what ran commits now; a tick still polling (on the poll threads) as it finishes
+        for future in work.futures:
+            future.add_done_callback(lambda _: waves.poke())
         waves.pump(lambda: all(future.done() for future in work.futures))
     finally:
         for future in work.futures:

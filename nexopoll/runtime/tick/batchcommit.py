@@ -98,6 +98,11 @@ class Waves:
             self._pending.append(_Done(job_id, at, result))
             self._cond.notify_all()
 
+    def poke(self) -> None:
+        """Wake a pump to check its end condition again."""
+        with self._cond:
+            self._cond.notify_all()
+
     def pump(self, until: Callable[[], bool]) -> None:
         """Commit, on this thread, what finished and every tick as it finishes, wave by
         wave, until ``until()`` holds with nothing left to commit."""

@@ -50,7 +50,7 @@ def history_entry(report: TickReport, now: datetime, held, *, manual: bool = Fal
 
 def slow_mark(report: TickReport):
     """Keep the job's place in the slow set (``keys.slow_key``) current, in the same round
-    trip: beat sends a slow job's ticks one by one, never in a batch."""
+    trip: beat batches slow jobs apart from quick ones (polled side by side)."""
     if report.latency_ms is None:
         return None
     limit = settings.NEXOPOLL_BATCH_SLOW_MS
