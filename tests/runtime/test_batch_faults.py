@@ -382,3 +382,27 @@ def test_mates_do_not_wait_for_a_job_that_polls_on_the_poll_threads_and_hangs(
     reports = batch.join()
     assert all(r.committed for r in reports.values())
     assert queued(redis_client) == rows_of(ids)
+
+
+def test_a_wave_whose_hand_off_to_the_queue_fails_after_its_commit_keeps_its_reports(
+    cfg, redis_client, monkeypatch
+):
+    """The wave committed, then handing its rows to the queue raised (the broker, or
+    the DB marking the rows queued): its ticks stay committed, in their reports and in
+    their history, and the rows wait for the sweeper (nothing lost, nothing re-run)."""
+    from nexopoll.runtime.tick import batchcommit
+
+    ids = ["j00", "j01", "j02"]
+    setup(cfg, redis_client, ids)
+
+    def broken(ids_):
+        raise ConnectionError("broker gone after the commit")
+
+    monkeypatch.setattr(batchcommit, "enqueue_deliveries", broken)
+    reports = {r.job_id: r for r in run_batch([(i, 30_000) for i in ids], clock=timezone.now)}
+    for job_id in ids:
+        assert reports[job_id].committed and reports[job_id].status == "ok", reports[job_id]
+        assert st(job_id).ticks_total == 1 and bytes(st(job_id).cursor) == b"2"
+        assert history.entries(redis_client, job_id)[0].status == "ok"
+        assert no_lease_or_marker(redis_client, job_id)
+    assert Delivery.objects.filter(job_id__in=ids).count() == 6  # the sweeper's to send

@@ -147,7 +147,7 @@ class Waves:
         ran = [d.result for d in wave if isinstance(d.result, Ran)]
         hooks: list = []
         try:
-            out.update(commit(ran, hooks))
+            commit(ran, hooks, out)  # fills ``out`` as it goes: a late error keeps those
         except Exception:
             log.exception("tick.batch_commit_crashed ticks=%s", len(ran))
             for r in ran:  # what did not report yet: not committed, as far as we know
@@ -186,10 +186,12 @@ def _run_hooks(job_id: str, callbacks: list) -> None:
         connections.close_all()  # a poll thread's connection, if a hook used one
 
 
-def commit(ran: list[Ran], hooks: list) -> dict[str, TickReport]:
+def commit(
+    ran: list[Ran], hooks: list, out: dict[str, TickReport] | None = None
+) -> dict[str, TickReport]:
     """One wave: the ticks whose leases hold commit in one transaction; on any error,
     each tick alone (a tick whose commit landed, its reply lost, counts as committed)."""
-    out: dict[str, TickReport] = {}
+    out = {} if out is None else out
     if not ran:
         return out
     kept = failures.leases_kept([r.t.held for r in ran if r.t.held is not None])
