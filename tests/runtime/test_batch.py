@@ -293,27 +293,58 @@ def test_an_io_batch_commits_on_its_own_thread_and_its_poll_threads_open_no_conn
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_io_batch_finding_the_poll_threads_full_hands_the_rest_back_to_the_queue(
+def test_an_io_batch_polls_at_most_batch_threads_at_once_and_feeds_the_rest_as_room_frees(
     cfg, redis_client, settings
 ):
-    """A process admits NEXOPOLL_BATCH_THREADS side-by-side polls: the jobs of an I/O
-    batch beyond that go back to the queue as single ticks, their leases released, so a
-    backlog waits in the broker (where expired ticks are dropped), not in the worker."""
+    """A process polls at most NEXOPOLL_BATCH_THREADS jobs side by side: an I/O batch
+    larger than that feeds its jobs to the poll threads as earlier polls end."""
     settings.NEXOPOLL_BATCH_SLOW_MS, settings.NEXOPOLL_BATCH_THREADS = 50, 4
     ids = jobs(10)
     setup(cfg, redis_client, ids)
     PollState.objects.filter(job_id__in=ids).update(last_latency_ms=200)
     for job_id in ids:
-        redis_client.set(f"test:sleep_ms:{job_id}", 50)
+        redis_client.set(f"test:sleep_ms:{job_id}", 60)
     reports = run_batch([(i, TTL) for i in ids], clock=clock)
-    assert sorted(r.job_id for r in reports) == ids[:4] and all(r.committed for r in reports)
+    assert sorted(r.job_id for r in reports) == ids and all(r.committed for r in reports)
+    assert int(redis_client.get("test:inflight_max")) == 4
+    assert singles(redis_client) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_io_batch_that_finds_no_room_in_time_hands_the_rest_back_to_the_queue(
+    cfg, redis_client, settings
+):
+    """A process admits 4 jobs per poll thread (polling, or queued for one). The jobs
+    of an I/O batch still without room once a quarter of their lease has passed go back
+    to the queue as single ticks, their leases released: a backlog (a source that slowed
+    down) waits in the broker, which drops expired ticks, not in the worker with its
+    leases held and its deadlines running."""
+    settings.NEXOPOLL_BATCH_SLOW_MS, settings.NEXOPOLL_BATCH_THREADS = 50, 1
+    ids = jobs(10)
+    setup(cfg, redis_client, ids)
+    PollState.objects.filter(job_id__in=ids).update(last_latency_ms=200)
+    for job_id in ids:
+        redis_client.set(f"test:block:{job_id}", "1")  # the source hangs until let go
+    result: dict = {}
+
+    def batch() -> None:
+        try:
+            result["r"] = run_batch([(i, 4000) for i in ids], clock=clock)
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=batch)
+    t.start()
+    # a quarter of the 4 s lease later, the six without room are handed back
+    wait_for(lambda: len(singles(redis_client)) == 6, 10, what="six handed back")
     assert sorted(args[0] for _task, args in singles(redis_client)) == ids[4:]
     for job_id in ids[4:]:
-        assert st(job_id).ticks_total == 0
         assert not redis_client.exists(lease.lease_key(job_id), lease.running_key(job_id))
-    assert int(redis_client.get("test:inflight_max")) <= 4
-    # the room comes back as the polls end: the next batch polls all it can again
-    redis_client.delete("nexopoll")
-    again = run_batch([(i, TTL) for i in ids[4:8]], clock=clock)
-    assert sorted(r.job_id for r in again) == ids[4:8] and all(r.committed for r in again)
-    assert singles(redis_client) == []
+    for job_id in ids:
+        redis_client.delete(f"test:block:{job_id}")
+    t.join(20)
+    reports = result["r"]
+    assert sorted(r.job_id for r in reports) == ids[:4] and all(r.committed for r in reports)
+    for job_id in ids[4:]:
+        assert st(job_id).ticks_total == 0
+    assert int(redis_client.get("test:inflight_max") or 0) <= 1

@@ -119,9 +119,14 @@ class _Work:
                 return
 
 
-_executor: tuple[int, ThreadPoolExecutor] | None = None
+_executor: tuple[int, int, ThreadPoolExecutor] | None = None  # pid, size, pool
 _executor_lock = threading.Lock()
 _polling = 0  # jobs handed to this process's poll threads and not finished yet
+_room = threading.Condition(_executor_lock)  # notified as they finish
+FEED_WAIT_SECS = 0.05  # a batch waiting for poll threads commits what finished this often
+# jobs admitted per poll thread (polling, or queued for one): a short queue keeps the poll
+# threads busy through a burst, a bounded one keeps a backlog in the broker
+ADMIT_PER_THREAD = 4
 
 
 def _submit(run: Callable[[str], None], job_id: str, *, reserved: bool = False) -> Future:
@@ -137,7 +142,7 @@ def _submit(run: Callable[[str], None], job_id: str, *, reserved: bool = False) 
 
     pool = _pool()
     if not reserved:
-        with _executor_lock:
+        with _room:
             _polling += 1
     try:
         return pool.submit(counted)
@@ -148,28 +153,55 @@ def _submit(run: Callable[[str], None], job_id: str, *, reserved: bool = False) 
 
 def _release(n: int) -> None:
     global _polling
-    with _executor_lock:
+    with _room:
         _polling -= n
+        _room.notify(n)  # one waiting batch per freed place (a herd would fight for it)
 
 
-def _reserve(n: int) -> int:
-    """Count up to ``n`` jobs in for the poll threads, as many as they have room for now
-    (``NEXOPOLL_BATCH_THREADS`` at most in flight); return how many."""
+def _reserve(n: int, wait: float = 0.0) -> int:
+    """Count up to ``n`` jobs in for the poll threads, as many as they have room for
+    (``NEXOPOLL_BATCH_THREADS`` polling and ADMIT_PER_THREAD times that queued for
+    them, at most), waiting up to ``wait`` seconds for room when there is none; return
+    how many."""
     global _polling
-    with _executor_lock:
-        granted = min(n, max(0, settings.NEXOPOLL_BATCH_THREADS - _polling))
+    cap = ADMIT_PER_THREAD * max(1, settings.NEXOPOLL_BATCH_THREADS)
+    with _room:
+        if _polling >= cap and wait > 0:
+            _room.wait(wait)
+        granted = min(n, max(0, cap - _polling))
         _polling += granted
         return granted
 
 
+def _feed(work: _Work, waves: batchcommit.Waves, job_ids: list[str], held: dict) -> list[str]:
+    """Hand ``job_ids`` to the poll threads as they have room, committing what finishes
+    meanwhile (on this thread); return the jobs still without room once a quarter of
+    their leases' TTL has passed (their polls' deadlines count from the lease)."""
+    left = deque(job_ids)
+    give_up = min((held[job_id].deadline(0.25) for job_id in job_ids), default=0.0)
+    while left:
+        if n := _reserve(len(left), wait=FEED_WAIT_SECS):
+            work.side_by_side([left.popleft() for _ in range(n)])
+        elif time.monotonic() >= give_up:
+            break
+        else:
+            waves.drain()  # what finished while this batch waited for room
+    return list(left)
+
+
 def _pool() -> ThreadPoolExecutor:
-    """This process's poll threads (made after a fork, never inherited from the parent)."""
+    """This process's poll threads (made after a fork, never inherited from the parent;
+    made again, the old ones finishing what they run, if ``NEXOPOLL_BATCH_THREADS``
+    changed)."""
     global _executor
+    size = max(1, settings.NEXOPOLL_BATCH_THREADS)
     with _executor_lock:
-        if _executor is None or _executor[0] != os.getpid():
-            size = max(1, settings.NEXOPOLL_BATCH_THREADS)
-            _executor = (os.getpid(), ThreadPoolExecutor(size, thread_name_prefix="nexopoll-poll"))
-        return _executor[1]
+        if _executor is None or _executor[:2] != (os.getpid(), size):
+            if _executor is not None and _executor[0] == os.getpid():
+                _executor[2].shutdown(wait=False)
+            pool = ThreadPoolExecutor(size, thread_name_prefix="nexopoll-poll")
+            _executor = (os.getpid(), size, pool)
+        return _executor[2]
 
 
 # queue one ``nexopoll.tick`` for a job (a spilled job, or a per-job retry):
@@ -211,23 +243,20 @@ def run_batch(
             if not inline:
                 connections.close_all()  # a poll thread's DB access (a cache miss, a trial)
 
-    # a job whose last tick waited on the network polls on the poll threads at once, as
-    # long as they have room: the others go back to the queue as single ticks, where
-    # the broker keeps the backlog (and drops what expires), not this process
+    # a job whose last tick waited on the network polls on the poll threads at once
     order = [job_id for job_id, _ in items if job_id in held and loaded]
     slow = settings.NEXOPOLL_BATCH_SLOW_MS
     waits = [j for j in order if rows.get(j) and (rows[j]["last_latency_ms"] or 0) > slow]
-    room = _reserve(len(waits))
-    if len(waits) > room:
-        log.info("tick.batch_poll_threads_full handed_back=%s", len(waits) - room)
-        _hand_back(client, [held.pop(job_id) for job_id in waits[room:]], ttls, requeue)
-        order = [job_id for job_id in order if job_id in held]
-        waits = waits[:room]
     work = _Work([j for j in order if j not in set(waits)], run_one, waves.pump)
     watchdog = threading.Thread(target=work.watch, daemon=True)
     try:
         try:
-            work.side_by_side(waits)
+            if late := _feed(work, waves, waits, held):
+                # no room before a quarter of their leases ran out: back to the queue as
+                # single ticks, where the broker keeps the backlog (and drops what
+                # expires), not this process
+                log.info("tick.batch_poll_threads_full handed_back=%s", len(late))
+                _hand_back(client, [held.pop(job_id) for job_id in late], ttls, requeue)
             watchdog.start()
             while (job_id := work.next()) is not None:
                 run_one(job_id, inline=True)

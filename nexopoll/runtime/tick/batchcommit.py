@@ -114,6 +114,10 @@ class Waves:
                     return
             self._drain()
 
+    def drain(self) -> None:
+        """Commit what finished so far, on this thread (no pump may run meanwhile)."""
+        self._drain()
+
     def close(self) -> list[TickReport]:
         """Commit what is left (every tick has finished), release any lease still held,
         wait for the after-commit hooks; every report of the batch."""
