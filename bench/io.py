@@ -25,6 +25,8 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+from .common import BATCH, ROUNDS, drain, publish
+from .lag import lag_stats, offsets
 from .plot import load
 from .stack import (
     NEXO_SCHEDULER,
@@ -81,7 +83,6 @@ def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[s
     ``bench.fetch_feed``, with feedparser) and of M ticks of M/3 ``kind`` jobs, 3 each,
     round-robin (the first round warms caches and is left out), on one ``-P threads``
     worker, over the server's hosts with the default per-host caps."""
-    from .run import ROUNDS, drain, publish
 
     url, raw_task = (
         (server.feed_url, "bench.fetch_feed") if kind == "rss" else (server.url, "bench.fetch")
@@ -127,7 +128,6 @@ def cpu_batched(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dic
     is left out, and each later round is queued once the one before has drained, so no
     batch finds a job's lease still held by its previous tick. CPU per tick, not per
     message."""
-    from .run import BATCH, ROUNDS, publish
 
     url = server.feed_url if kind == "rss" else server.url
     jobs = m // ROUNDS
@@ -180,7 +180,6 @@ def part_io(
     delay_ms: int,
     hosts: int = 100,
 ) -> dict[str, Any]:
-    from .run import lag_stats, offsets
 
     server = SlowServer(delay_ms, hosts)
     try:
@@ -288,7 +287,6 @@ def part_polite(dbs, duration: float, threads: int, delay_ms: int) -> dict[str, 
     """1,000 webhook_poll jobs every 30 s (33/s on average, more in the bursts of the
     phase spread) on one host capped at 8 in flight (40/s at 200 ms) and 40/s: the caps
     hold, ticks that find the host busy wait for their turn (lag, not errors)."""
-    from .run import lag_stats, offsets
 
     server = SlowServer(delay_ms)
     try:

@@ -22,7 +22,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from .run import RESULTS, ROUNDS, JobDBs, drain, publish
+from .common import RESULTS, ROUNDS, JobDBs, drain, publish
 from .stack import Stack, job_id, migrated_template
 
 RENDER = (

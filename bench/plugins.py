@@ -23,7 +23,7 @@ import yaml
 
 from tests.support.procs import wait_for
 
-from .run import publish
+from .common import publish
 from .stack import Stack, job_id, migrated_template, worker_args
 
 ROUNDS = 3

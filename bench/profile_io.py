@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from .common import RESULTS, ROUNDS, JobDBs, publish
 from .io import UNCAPPED, SlowServer
 from .plot import load
-from .run import RESULTS, ROUNDS, JobDBs, publish
 from .stack import (
     ROOT,
     Stack,

@@ -37,7 +37,7 @@ import yaml
 from tests.pollers.rss_fixtures import FeedSite, rss
 from tests.support.httpserver import Handler, RecordedRequest, Reply
 
-from .run import RESULTS, JobDBs, publish
+from .common import RESULTS, JobDBs, publish
 from .stack import Stack, job_id, migrated_template, wait_for, worker_args
 
 ROUNDS = 3
