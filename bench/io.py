@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 from .common import BATCH, ROUNDS, drain, publish
-from .lag import lag_stats, offsets
+from .lag import lag_stats, offsets, window_figures
 from .plot import load
 from .stack import (
     NEXO_SCHEDULER,
@@ -230,17 +230,9 @@ def io_lag(
         res = lag_stats(records, offs, every, t0, t1)
         res.update(slot_stats(records, offs, every, t0, t1, res["due"]))
         secs = t1 - t0
+        res.update(window_figures(res, n, every, secs, depth, wcpu1 - wcpu0, bcpu1 - bcpu0))
         res.update(
-            n=n,
-            every=every,
-            secs=secs,
-            ticks_per_s=res["ticks"] / secs,
-            due_per_s=n / every,
-            queue_max=max(depth),
-            queue_end=depth[-1],
-            worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
             worker_cpu_ms_per_tick=1000 * (wcpu1 - wcpu0) / max(res["ticks"], 1),
-            beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
             # the whole stack's CPU per tick: worker, beat, Redis and the DB server
             stack_cpu_ms_per_tick=1000
             * (wcpu1 - wcpu0 + bcpu1 - bcpu0 + sum(svc1.values()) - sum(svc0.values()))

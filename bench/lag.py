@@ -89,17 +89,8 @@ def part_lag(
         ((not_ok,),) = stack.sql(
             "SELECT COUNT(*) FROM poll_state WHERE last_status IS NOT NULL AND last_status != 'ok'"
         )
-        secs = t1 - t0
+        res.update(window_figures(res, n, every, t1 - t0, depth, wcpu1 - wcpu0, bcpu1 - bcpu0))
         res.update(
-            n=n,
-            every=every,
-            secs=secs,
-            ticks_per_s=res["ticks"] / secs,
-            due_per_s=n / every,
-            queue_max=max(depth),
-            queue_end=depth[-1],
-            worker_cpu_pct=100 * (wcpu1 - wcpu0) / secs,
-            beat_cpu_pct=100 * (bcpu1 - bcpu0) / secs,
             jobs_not_ok=not_ok,
             rss_mb=rss,
             pool=f"{pool} -c {c}",
@@ -108,3 +99,20 @@ def part_lag(
         return res
     finally:
         stack.close()
+
+
+def window_figures(
+    res: dict, n: int, every: float, secs: float, depth: list[int], worker_s: float, beat_s: float
+) -> dict[str, Any]:
+    """A lag row's rates, queue depths and CPU shares over its window of ``secs``."""
+    return {
+        "n": n,
+        "every": every,
+        "secs": secs,
+        "ticks_per_s": res["ticks"] / secs,
+        "due_per_s": n / every,
+        "queue_max": max(depth),
+        "queue_end": depth[-1],
+        "worker_cpu_pct": 100 * worker_s / secs,
+        "beat_cpu_pct": 100 * beat_s / secs,
+    }
