@@ -300,7 +300,7 @@ class NexopollScheduler(RedBeatScheduler):
         ``nexopoll.tick_batch`` messages of at most ``batch_size`` jobs when at least
         ``batch_min`` fell due in this loop (Celery's message path costs more CPU than
         most ticks). Returns how many ticks were sent."""
-        if not self.batch_min or len(ticks) < self.batch_min:
+        if not self.batch_min or len(ticks) < self.batch_min:  # the slow set is not read
             return sum(self._publish(entry, now) for entry in ticks)
         # A job that waits on the network (the slow set, which ticks keep current)
         # travels in a batch of such jobs, which the worker polls side by side on its poll

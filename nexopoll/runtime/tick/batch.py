@@ -83,11 +83,10 @@ class _Work:
             self.job_began = time.monotonic()
             return self._left.popleft()
 
-    def side_by_side(self, job_ids: list[str] | None = None) -> int:
-        """Run ``job_ids`` (already reserved, see ``_reserve``; default: every job not
-        started yet) on the poll threads."""
+    def side_by_side(self, job_ids: list[str] | None = None, *, reserved: bool = False) -> int:
+        """Run ``job_ids`` (default: every job not started yet) on the poll threads
+        (``reserved``: their room already counted by ``_reserve``)."""
         with self._lock:
-            reserved = job_ids is not None
             if job_ids is None:
                 job_ids = list(self._left)
                 self._left.clear()
@@ -181,7 +180,7 @@ def _feed(work: _Work, waves: batchcommit.Waves, job_ids: list[str], held: dict)
     give_up = min((held[job_id].deadline(0.25) for job_id in job_ids), default=0.0)
     while left:
         if n := _reserve(len(left), wait=FEED_WAIT_SECS):
-            work.side_by_side([left.popleft() for _ in range(n)])
+            work.side_by_side([left.popleft() for _ in range(n)], reserved=True)
         elif time.monotonic() >= give_up:
             break
         else:

@@ -112,11 +112,7 @@ class Waves:
                     self._cond.wait(PUMP_WAIT_SECS)
                 if not self._pending:
                     return
-            self._drain()
-
-    def drain(self) -> None:
-        """Commit what finished so far, on this thread (no pump may run meanwhile)."""
-        self._drain()
+            self.drain()
 
     def close(self) -> list[TickReport]:
         """Commit what is left (every tick has finished), release any lease still held,
@@ -125,7 +121,7 @@ class Waves:
             for job_id in set(self._held) - self._reported():  # no tick reported it
                 report = TickReport(job_id, "transient", reason="internal error")
                 self._pending.append(_Done(job_id, datetime.now(UTC), report))
-        self._drain()
+        self.drain()
         if self._busy:  # no tick ran here: the skipped ones are counted all the same
             self._release([], {})
         for future in self._hooks:
@@ -135,7 +131,8 @@ class Waves:
     def _reported(self) -> set[str]:
         return set(self._reports) | {d.job_id for d in self._pending}
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Commit what finished so far, on this thread (no pump may run meanwhile)."""
         while True:
             with self._cond:
                 wave, self._pending = self._pending, []
