@@ -128,54 +128,46 @@ def test_batching_off_and_one_shots_keep_a_message_per_tick(cfg, redis_client, s
     assert sorted(args[0] for _, args, _ in queued(redis_client)) == ["a", "b"]
 
 
+def slow_jobs_due(cfg, redis_client, n: int, slow: list[str]) -> NexopollScheduler:
+    """n jobs j0..j<n-1> every 60 s, ``slow`` of them in the slow set; a beat whose next
+    tick finds them all due."""
+    ids = [f"j{i}" for i in range(n)]
+    cfg.write([scripted(i, every=60) for i in ids])
+    cfg.reload()
+    redis_client.sadd(keys.slow_key(), *slow)  # their last ticks were slow
+    sched = NexopollScheduler(app=app)
+    due_now(redis_client, ids)
+    return sched
+
+
+def sent_apart(redis_client) -> tuple[list[str], list[list[str]]]:
+    """The jobs queued one message each, and each batch's jobs, sorted."""
+    sent = queued(redis_client)
+    singles = sorted(args[0] for task, args, _ in sent if task == "nexopoll.tick")
+    batches = [
+        sorted(job for job, _ttl in args[0])
+        for task, args, _ in sent
+        if task == "nexopoll.tick_batch"
+    ]
+    return singles, batches
+
+
 def test_jobs_that_wait_on_the_network_travel_in_batches_of_their_own(cfg, redis_client, settings):
     """A quick job never shares a batch with one that waits on the network (it would
     wait for its turn); each group is batched once it reaches NEXOPOLL_BATCH_MIN."""
     settings.NEXOPOLL_BATCH_MIN, settings.NEXOPOLL_BATCH_SIZE = 4, 50
-    ids = [f"j{i}" for i in range(8)]
-    cfg.write([scripted(i, every=60) for i in ids])
-    cfg.reload()
-    redis_client.sadd(keys.slow_key(), "j1", "j3", "j5")  # their last ticks were slow
-    sched = NexopollScheduler(app=app)
-    due_now(redis_client, ids)
+    sched = slow_jobs_due(cfg, redis_client, 8, ["j1", "j3", "j5"])
     sched.tick()
-    sent = queued(redis_client)
     # three slow ones: fewer than the threshold, a message each (Flower shows them)
-    assert sorted(args[0] for task, args, _ in sent if task == "nexopoll.tick") == [
-        "j1",
-        "j3",
-        "j5",
-    ]
-    (batch,) = [args[0] for task, args, _ in sent if task == "nexopoll.tick_batch"]
-    assert sorted(job for job, _ttl in batch) == ["j0", "j2", "j4", "j6", "j7"]
+    assert sent_apart(redis_client) == (["j1", "j3", "j5"], [["j0", "j2", "j4", "j6", "j7"]])
     redis_client.sadd(keys.slow_key(), "j0", "j2")  # read again after SLOW_REFRESH_SECS
     sched._slow_at = 0.0
-    due_now(redis_client, ids)
+    due_now(redis_client, [f"j{i}" for i in range(8)])
     sched.tick()  # five slow ones: a batch of their own; three quick ones: one each
-    sent = queued(redis_client)
-    (batch,) = [args[0] for task, args, _ in sent if task == "nexopoll.tick_batch"]
-    assert sorted(job for job, _ttl in batch) == ["j0", "j1", "j2", "j3", "j5"]
-    assert sorted(args[0] for task, args, _ in sent if task == "nexopoll.tick") == [
-        "j4",
-        "j6",
-        "j7",
-    ]
+    assert sent_apart(redis_client) == (["j4", "j6", "j7"], [["j0", "j1", "j2", "j3", "j5"]])
 
 
 def test_batching_of_io_jobs_off_sends_them_one_message_each(cfg, redis_client, settings):
     settings.NEXOPOLL_BATCH_MIN, settings.NEXOPOLL_BATCH_IO = 2, False
-    ids = [f"j{i}" for i in range(6)]
-    cfg.write([scripted(i, every=60) for i in ids])
-    cfg.reload()
-    redis_client.sadd(keys.slow_key(), "j0", "j1", "j2")
-    sched = NexopollScheduler(app=app)
-    due_now(redis_client, ids)
-    sched.tick()
-    sent = queued(redis_client)
-    assert sorted(args[0] for task, args, _ in sent if task == "nexopoll.tick") == [
-        "j0",
-        "j1",
-        "j2",
-    ]
-    (batch,) = [args[0] for task, args, _ in sent if task == "nexopoll.tick_batch"]
-    assert sorted(job for job, _ttl in batch) == ["j3", "j4", "j5"]
+    slow_jobs_due(cfg, redis_client, 6, ["j0", "j1", "j2"]).tick()
+    assert sent_apart(redis_client) == (["j0", "j1", "j2"], [["j3", "j4", "j5"]])
