@@ -29,13 +29,13 @@ from .common import BATCH, ROUNDS, drain, publish
 from .lag import lag_stats, offsets, window_figures
 from .plot import load
 from .stack import (
+    LAUNCHER_ARGS,
     NEXO_SCHEDULER,
     ROOT,
     Stack,
     beat_args,
     free_port,
     job_id,
-    launcher_args,
     wait_for,
     worker_args,
 )
@@ -209,7 +209,7 @@ def io_lag(
         sizes = {"NEXOPOLL_WORKER_THREADS": str(threads)}
         if PROCESSES:
             sizes["NEXOPOLL_WORKER_PROCESSES"] = str(PROCESSES)
-        worker = stack.start("worker", launcher_args(), "io", module="nexopoll.workers", **sizes)
+        worker = stack.start("worker", LAUNCHER_ARGS, "io", module="nexopoll.workers", **sizes)
         beat = stack.start("beat", beat_args(NEXO_SCHEDULER, stack.dir), "beat")
         ok = lambda: stack.redis.client().exists(SYNCED) or not beat.alive()  # noqa: E731
         wait_for(ok, 180, 0.05, "beat")

@@ -189,11 +189,9 @@ def worker_args(concurrency: int, name: str, include: str = "", pool: str = "pre
     return args + (["-I", include] if include else [])
 
 
-def launcher_args() -> list[str]:
-    """Arguments for ``python -m nexopoll.workers``, the Procfile's worker as shipped (one
-    ``-P threads`` worker per core, ``NEXOPOLL_WORKER_*`` sizes it), that every worker
-    process gets besides its own: the bench's queues and log level."""
-    return ["-Q", f"{QUEUE},{DELIVERIES}", "--without-heartbeat", "-l", "warning"]
+# what every worker process of ``python -m nexopoll.workers`` (the Procfile's worker as
+# shipped, sized by NEXOPOLL_WORKER_*) gets besides its own arguments
+LAUNCHER_ARGS = ["-Q", f"{QUEUE},{DELIVERIES}", "--without-heartbeat", "-l", "warning"]
 
 
 def beat_args(scheduler: str, workdir: Path) -> list[str]:
