@@ -65,6 +65,10 @@ class SlowServer:
         self.url = f"{self.base}/j"
         self.feed_url = f"{self.base}/f"
 
+    def url_for(self, kind: str) -> str:
+        """Where ``kind``'s jobs poll: the feed path for rss, the JSON list otherwise."""
+        return self.feed_url if kind == "rss" else self.url
+
     def spread(self, url: str, i: int) -> str:
         """``url`` on the i-th of the server's hosts (as ``Stack.load_jobs`` spreads jobs)."""
         return url.replace("127.0.0.1", f"127.0.0.{i % self.hosts + 1}", 1)
@@ -84,9 +88,8 @@ def cpu_pair(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dict[s
     round-robin (the first round warms caches and is left out), on one ``-P threads``
     worker, over the server's hosts with the default per-host caps."""
 
-    url, raw_task = (
-        (server.feed_url, "bench.fetch_feed") if kind == "rss" else (server.url, "bench.fetch")
-    )
+    url = server.url_for(kind)
+    raw_task = "bench.fetch_feed" if kind == "rss" else "bench.fetch"
     out: dict[str, Any] = {}
     raw = Stack(dbs.template)
     try:
@@ -129,7 +132,7 @@ def cpu_batched(dbs, server: SlowServer, m: int, threads: int, kind: str) -> dic
     batch finds a job's lease still held by its previous tick. CPU per tick, not per
     message."""
 
-    url = server.feed_url if kind == "rss" else server.url
+    url = server.url_for(kind)
     jobs = m // ROUNDS
     nexo = Stack(dbs.get(jobs, 3600, url, None, server.hosts, kind))
     ids = [job_id(i) for i in range(jobs)]
